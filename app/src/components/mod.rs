@@ -1,0 +1,3 @@
+pub mod bar;
+pub mod node_card;
+pub mod vm_table;

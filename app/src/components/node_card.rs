@@ -1,0 +1,55 @@
+use leptos::prelude::*;
+
+use crate::components::bar::Bar;
+use crate::format::num;
+use crate::types::NodeSummary;
+
+fn share(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole * 100.0
+    } else {
+        0.0
+    }
+}
+
+#[component]
+pub fn NodeCard(node: NodeSummary) -> impl IntoView {
+    let state = if node.running {
+        "online"
+    } else {
+        node.status.as_str()
+    }
+    .to_string();
+    let vm_count = match node.vms {
+        1 => "1 VM".to_string(),
+        n => format!("{n} VMs"),
+    };
+    let used_mem = node.max_memory * node.memory_used / 100.0;
+    view! {
+        <article class="node-card" class:offline=!node.running data-node=node.node.clone()>
+            <header>
+                <h2>{node.node.clone()}</h2>
+                <span class=format!("badge state-{state}")>{state.clone()}</span>
+            </header>
+            <p class="node-meta">{vm_count}</p>
+            <Bar
+                label="CPU"
+                allocated=node.cpu
+                used=node.cpu_used
+                detail=format!("{} / {} vCPU", node.vcpus, node.max_cpu)
+            />
+            <Bar
+                label="RAM"
+                allocated=node.memory
+                used=node.memory_used
+                detail=format!("{} / {} GiB used", num(used_mem), num(node.max_memory))
+            />
+            <Bar
+                label="Disk"
+                allocated=share(node.disk, node.max_disk)
+                used=share(node.disk_used, node.max_disk)
+                detail=format!("{} GiB allocated of {} GiB", num(node.disk), num(node.max_disk))
+            />
+        </article>
+    }
+}

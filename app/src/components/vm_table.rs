@@ -1,0 +1,93 @@
+use leptos::prelude::*;
+
+use crate::format::num;
+use crate::types::{ListFilter, VmSummary};
+
+fn state_label(vm: &VmSummary) -> String {
+    match &vm.lock {
+        Some(lock) => format!("{} (locked: {lock})", vm.status),
+        None => vm.status.clone(),
+    }
+}
+
+#[component]
+pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
+    let (filter, set_filter) = signal(ListFilter::All);
+    let total = vms.len();
+    let vms = StoredValue::new(vms);
+    let shown = move || {
+        vms.with_value(|vms| {
+            vms.iter()
+                .filter(|vm| match filter.get() {
+                    ListFilter::All => true,
+                    ListFilter::Running => vm.running,
+                    ListFilter::Stopped => !vm.running && !vm.reserved,
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+    };
+    let choice = move |value: ListFilter, text: &'static str| {
+        view! {
+            <button
+                type="button"
+                class="filter"
+                aria-pressed=move || (filter.get() == value).to_string()
+                on:click=move |_| set_filter.set(value)
+            >
+                {text}
+            </button>
+        }
+    };
+
+    view! {
+        <section class="vms" aria-label="virtual machines">
+            <div class="vms-head">
+                <h2>"Virtual machines " <span class="count">{format!("({total})")}</span></h2>
+                <div class="filters" role="group" aria-label="show">
+                    {choice(ListFilter::All, "All")}
+                    {choice(ListFilter::Running, "Running")}
+                    {choice(ListFilter::Stopped, "Stopped")}
+                </div>
+            </div>
+            <div class="table-wrap">
+                <table class="vm-table">
+                    <thead>
+                        <tr>
+                            <th scope="col">"ID"</th>
+                            <th scope="col">"Name"</th>
+                            <th scope="col">"OS"</th>
+                            <th scope="col">"Node"</th>
+                            <th scope="col">"State"</th>
+                            <th scope="col" class="num">"CPU"</th>
+                            <th scope="col" class="num">"RAM (GiB)"</th>
+                            <th scope="col" class="num">"Disk (GiB)"</th>
+                            <th scope="col">"IP"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For each=shown key=|vm| (vm.vmid, vm.status.clone()) let:vm>
+                            <tr data-vmid=vm.vmid class=format!("state-{}", vm.status)>
+                                <td>{vm.vmid}</td>
+                                <td>{vm.name.clone()}</td>
+                                <td>{vm.os.clone()}</td>
+                                <td>{vm.node.clone()}</td>
+                                <td><span class=format!("badge state-{}", vm.status)>{state_label(&vm)}</span></td>
+                                <td class="num">{vm.cpu}</td>
+                                <td class="num">
+                                    {if vm.running {
+                                        format!("{} / {}", num(vm.memory_used), num(vm.memory))
+                                    } else {
+                                        num(vm.memory)
+                                    }}
+                                </td>
+                                <td class="num">{num(vm.disk)}</td>
+                                <td><code>{vm.ip.clone()}</code></td>
+                            </tr>
+                        </For>
+                    </tbody>
+                </table>
+            </div>
+        </section>
+    }
+}

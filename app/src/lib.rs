@@ -1,0 +1,71 @@
+//! The pvedeck web UI: one Leptos app, rendered on the server (`ssr`) and
+//! hydrated in the browser (`hydrate`).
+
+pub mod api;
+#[cfg(feature = "ssr")]
+pub mod backend;
+mod components;
+mod format;
+mod pages;
+pub mod types;
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::{
+    SsrMode,
+    components::{A, Route, Router, Routes},
+    path,
+};
+
+use pages::{not_found::NotFound, overview::Overview};
+
+/// The stem of the built files under `/pkg` (`pvedeck.js`, `pvedeck_bg.wasm`,
+/// `pvedeck.css`).
+pub const OUTPUT_NAME: &str = "pvedeck";
+
+/// The HTML document around the app, rendered on the server only.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
+                <AutoReload options=options.clone()/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    // Set once the WASM has taken over the page: tests and styles can tell a
+    // live page from server-rendered HTML.
+    let (hydrated, set_hydrated) = signal(false);
+    Effect::new(move |_| set_hydrated.set(true));
+
+    view! {
+        <Stylesheet id="leptos" href=format!("/pkg/{OUTPUT_NAME}.css")/>
+        <Title text="pvedeck"/>
+        <Router>
+            <header class="topbar">
+                <A href="/" attr:class="brand">"pvedeck"</A>
+                <nav aria-label="main">
+                    <A href="/">"Overview"</A>
+                </nav>
+            </header>
+            <main data-hydrated=move || hydrated.get().to_string()>
+                <Routes fallback=NotFound>
+                    <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
+                </Routes>
+            </main>
+        </Router>
+    }
+}

@@ -1,0 +1,93 @@
+//! Types shared by the browser and the server: what `/api/vm/list` returns and
+//! what the overview page renders are the same values.
+
+use serde::{Deserialize, Serialize};
+
+/// Which VMs `/api/vm/list` returns (`?disable=`): go-pve-qemu's
+/// "disabled" means stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ListFilter {
+    #[default]
+    All,
+    Running,
+    Stopped,
+}
+
+impl ListFilter {
+    /// `?disable=1` → stopped only, `?disable=0` → running only; any other
+    /// value (or none) → all, as go-pve-qemu treated it.
+    pub fn from_disable(value: Option<&str>) -> ListFilter {
+        match value {
+            Some("1") => ListFilter::Stopped,
+            Some("0") => ListFilter::Running,
+            _ => ListFilter::All,
+        }
+    }
+}
+
+/// The response of `GET /api/vm/list` (SPEC §5). The first keys are
+/// go-pve-qemu's; the ones after them are pvedeck's additions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmList {
+    pub count: usize,
+    pub list: Vec<VmSummary>,
+    pub cluster: Vec<NodeSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmSummary {
+    pub vmid: u32,
+    pub name: String,
+    /// The VM's first tag; `-` for a reserved id.
+    pub os: String,
+    pub running: bool,
+    /// `-` for a reserved id.
+    pub node: String,
+    /// vCPUs.
+    pub cpu: u32,
+    /// GiB, 2 decimals.
+    pub disk: f64,
+    /// GiB, 2 decimals.
+    pub memory: f64,
+    /// GiB, 2 decimals.
+    pub memory_used: f64,
+    /// Proxmox's own status word (`running`, `stopped`, `paused`, `unknown`…);
+    /// `reserved` for a reserved id.
+    pub status: String,
+    /// The address pvedeck gives this id (gateway prefix + vmid).
+    pub ip: String,
+    pub reserved: bool,
+    /// Set while Proxmox holds a lock on the VM (`create`, `migrate`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub node: String,
+    pub running: bool,
+    /// Logical CPUs.
+    pub max_cpu: u32,
+    /// GiB.
+    pub max_memory: f64,
+    /// % of the node's CPUs allocated to the VMs listed.
+    pub cpu: f64,
+    /// % of the node's memory allocated to the VMs listed.
+    pub memory: f64,
+    /// % of the node's memory in use.
+    pub memory_used: f64,
+    /// GiB of disk allocated to the VMs listed.
+    pub disk: f64,
+    /// `online`, `offline` or `unknown`.
+    pub status: String,
+    /// % of CPU time in use.
+    pub cpu_used: f64,
+    /// vCPUs allocated to the VMs listed.
+    pub vcpus: u32,
+    /// GiB of the node's disk.
+    pub max_disk: f64,
+    /// GiB of the node's disk in use.
+    pub disk_used: f64,
+    /// How many of the listed VMs live on this node.
+    pub vms: usize,
+}

@@ -1,0 +1,8 @@
+//! The browser entry point: the WASM bundle calls `hydrate()` once loaded and
+//! takes over the server-rendered page.
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(app::App);
+}

@@ -1,0 +1,660 @@
+//! Every setting of SPEC §1, read once from the environment into typed values.
+//!
+//! A bad value is reported as one line naming the variable, the value and what
+//! was expected; `main` prints it and exits with code 2.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::net::AllowList;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{var}={value} {expected}")]
+    Invalid {
+        var: String,
+        value: String,
+        expected: String,
+    },
+    #[error("{var} is not set: {why}")]
+    Missing { var: String, why: String },
+}
+
+fn invalid(var: &str, value: &str, expected: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        var: var.to_string(),
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sim,
+    Cli,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Sim => "sim",
+            BackendKind::Cli => "cli",
+        })
+    }
+}
+
+/// A value that must never reach a log line or an error message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
+/// The operating systems pvedeck installs (SPEC §3.2).
+pub const OS_NAMES: [&str; 3] = ["debian", "ubuntu", "rockylinux"];
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub port: u16,
+    pub bind: IpAddr,
+    pub backend: BackendKind,
+    pub gateway: Ipv4Addr,
+    pub main_node: String,
+    pub nodes: BTreeMap<String, Ipv4Addr>,
+    pub assign_storage: String,
+    pub assign_ip_start: u8,
+    pub assign_ip_end: u8,
+    pub allow_ips: AllowList,
+    pub vm_max_cpu: Option<u32>,
+    pub vm_max_ram_mb: Option<u32>,
+    pub vm_max_disk_gb: Option<u32>,
+    pub vm_balloon_min_mb: Option<u32>,
+    pub vm_root_password: Option<Secret>,
+    pub reserved: BTreeMap<u32, String>,
+    pub data_dir: PathBuf,
+    pub image_cache_dir: PathBuf,
+    /// `IMAGE_BASE_<OS>` overrides, keyed by lower-case OS name.
+    pub image_base: BTreeMap<String, String>,
+    pub api_tokens: Vec<Secret>,
+    pub ssh_port: u16,
+    pub ssh_poll_interval: Duration,
+    pub ssh_poll_attempts: u32,
+    /// How much faster than real time the simulated cluster runs.
+    pub sim_speed: f64,
+    /// Where the built site (`pkg/`, static files) lives.
+    pub site_root: PathBuf,
+    pub log_filter: String,
+}
+
+impl Config {
+    /// Reads the process environment (after `.env` was loaded into it).
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(std::env::vars())
+    }
+
+    /// Parses a set of variables; used by `from_env` and by tests, which must
+    /// not depend on the environment of whoever runs them.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let vars: BTreeMap<String, String> = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Vars(&vars).parse()
+    }
+
+    pub fn node_ip(&self, node: &str) -> Option<Ipv4Addr> {
+        self.nodes.get(node).copied()
+    }
+
+    /// The address a VM with this id gets: the gateway's first three octets + id.
+    pub fn vm_ip(&self, vmid: u32) -> Option<Ipv4Addr> {
+        let last = u8::try_from(vmid).ok()?;
+        let [a, b, c, _] = self.gateway.octets();
+        Some(Ipv4Addr::new(a, b, c, last))
+    }
+}
+
+/// Looks variables up; empty values count as unset, as go-pve-qemu's
+/// `os.Getenv(..) == ""` checks did.
+struct Vars<'a>(&'a BTreeMap<String, String>);
+
+impl Vars<'_> {
+    fn get(&self, var: &str) -> Option<&str> {
+        self.0.get(var).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    fn parse_with<T>(
+        &self,
+        var: &str,
+        expected: &str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<Option<T>, ConfigError> {
+        match self.get(var) {
+            None => Ok(None),
+            Some(raw) => parse(raw)
+                .map(Some)
+                .ok_or_else(|| invalid(var, raw, expected)),
+        }
+    }
+
+    fn int_in(&self, var: &str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
+        // An upper bound that no one would type is not worth naming.
+        let expected = if max >= u64::from(u32::MAX) {
+            format!("is not an integer >= {min}")
+        } else {
+            format!("is not an integer from {min} to {max}")
+        };
+        self.parse_with(var, &expected, |raw| {
+            raw.parse::<u64>().ok().filter(|n| (min..=max).contains(n))
+        })
+    }
+
+    fn u32_in(&self, var: &str, min: u32, max: u32) -> Result<Option<u32>, ConfigError> {
+        Ok(self
+            .int_in(var, u64::from(min), u64::from(max))?
+            .and_then(|n| u32::try_from(n).ok()))
+    }
+
+    fn ipv4(&self, var: &str) -> Result<Option<Ipv4Addr>, ConfigError> {
+        self.parse_with(var, "is not an IPv4 address", |raw| raw.parse().ok())
+    }
+
+    fn port(&self, var: &str, allow_zero: bool) -> Result<Option<u16>, ConfigError> {
+        let min = u64::from(!allow_zero);
+        let expected = if allow_zero {
+            "is not a port number (0-65535, 0 picks a free port)"
+        } else {
+            "is not a port number (1-65535)"
+        };
+        self.parse_with(var, expected, |raw| {
+            raw.parse::<u16>().ok().filter(|p| u64::from(*p) >= min)
+        })
+    }
+
+    fn parse(&self) -> Result<Config, ConfigError> {
+        let backend = match self.get("PVE_BACKEND") {
+            None | Some("sim") => BackendKind::Sim,
+            Some("cli") => BackendKind::Cli,
+            Some(other) => return Err(invalid("PVE_BACKEND", other, "is not one of: sim, cli")),
+        };
+        let required = |var: &str| ConfigError::Missing {
+            var: var.to_string(),
+            why: "required when PVE_BACKEND=cli".to_string(),
+        };
+
+        let port = self.port("PORT", true)?.unwrap_or(8080);
+        let bind = self
+            .parse_with("BIND_ADDR", "is not an IP address", |raw| raw.parse().ok())?
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+
+        let gateway = match (self.ipv4("GATEWAY")?, backend) {
+            (Some(gw), _) => gw,
+            (None, BackendKind::Sim) => Ipv4Addr::new(192, 168, 0, 1),
+            (None, BackendKind::Cli) => return Err(required("GATEWAY")),
+        };
+
+        let main_node = match (self.get("MAIN_NODE"), backend) {
+            (Some(raw), _) if is_node_name(raw) => raw.to_string(),
+            (Some(raw), _) => {
+                return Err(invalid(
+                    "MAIN_NODE",
+                    raw,
+                    "is not a node name (letters, digits and '-')",
+                ));
+            }
+            (None, BackendKind::Sim) => "pve1".to_string(),
+            (None, BackendKind::Cli) => return Err(required("MAIN_NODE")),
+        };
+
+        let mut nodes = self.nodes()?;
+        if backend == BackendKind::Sim && nodes.is_empty() {
+            // The simulated cluster's nodes, on addresses of the gateway's subnet.
+            let [a, b, c, _] = gateway.octets();
+            for (i, name) in ["pve1", "pve2", "pve3"].iter().enumerate() {
+                nodes.insert(name.to_string(), Ipv4Addr::new(a, b, c, 11 + i as u8));
+            }
+        }
+        if !nodes.contains_key(&main_node) {
+            return Err(ConfigError::Missing {
+                var: format!("NODE_{main_node}"),
+                why: format!("the main node {main_node} needs an address"),
+            });
+        }
+
+        let assign_storage = match (self.get("ASSIGN_STORAGE"), backend) {
+            (Some(raw), _) if is_storage_id(raw) => raw.to_string(),
+            (Some(raw), _) => {
+                return Err(invalid(
+                    "ASSIGN_STORAGE",
+                    raw,
+                    "is not a storage id (lower-case letters, digits, '-', '_', '.')",
+                ));
+            }
+            (None, BackendKind::Sim) => "local-zfs".to_string(),
+            (None, BackendKind::Cli) => return Err(required("ASSIGN_STORAGE")),
+        };
+
+        // SPEC §1: clamp to 100..=254 and swap a reversed range rather than refuse it.
+        let clamp = |n: u64| n.clamp(100, 254) as u8;
+        let start = clamp(self.int_in("ASSIGN_IP_START", 0, u64::MAX)?.unwrap_or(100));
+        let end = clamp(self.int_in("ASSIGN_IP_END", 0, u64::MAX)?.unwrap_or(254));
+        let (assign_ip_start, assign_ip_end) = if start <= end {
+            (start, end)
+        } else {
+            (end, start)
+        };
+
+        let allow_ips = match self.get("ALLOW_IPS") {
+            None => AllowList::everyone(),
+            Some(raw) => AllowList::parse(raw).map_err(|entry| {
+                invalid(
+                    "ALLOW_IPS",
+                    raw,
+                    format!(
+                        "is not a comma list of IP addresses or CIDR blocks ('{entry}' is neither)"
+                    ),
+                )
+            })?,
+        };
+
+        let vm_max_cpu = self.u32_in("VM_MAX_CPU", 1, 32)?;
+        let vm_max_ram_mb = self.u32_in("VM_MAX_RAM", 512, u32::MAX)?;
+        let vm_max_disk_gb = self.u32_in("VM_MAX_DISK", 16, u32::MAX)?;
+        let vm_balloon_min_mb = self.u32_in("VM_BALLOON_MIN", 1, u32::MAX)?;
+        let vm_root_password = self.get("VM_ROOT_PASSWORD").map(|p| Secret(p.to_string()));
+
+        let reserved = match self.get("RESERVED") {
+            None => BTreeMap::new(),
+            Some(raw) => parse_reserved(raw).map_err(|why| invalid("RESERVED", raw, why))?,
+        };
+
+        let data_dir = self.get("DATA_DIR").unwrap_or("./data").into();
+        let image_cache_dir = self.get("IMAGE_CACHE_DIR").unwrap_or("/tmp").into();
+        let image_base = self.image_bases()?;
+
+        let api_tokens = match self.get("API_TOKENS") {
+            None => Vec::new(),
+            Some(raw) => raw
+                .split(',')
+                .map(str::trim)
+                .map(|t| {
+                    if t.len() >= 16 && t.chars().all(|c| c.is_ascii_graphic()) {
+                        Ok(Secret(t.to_string()))
+                    } else {
+                        // The value is a secret: name the variable, not the tokens.
+                        Err(invalid(
+                            "API_TOKENS",
+                            "<hidden>",
+                            "must be a comma list of tokens of at least 16 printable characters",
+                        ))
+                    }
+                })
+                .collect::<Result<_, _>>()?,
+        };
+
+        let ssh_port = self.port("SSH_PORT", false)?.unwrap_or(22);
+        let ssh_poll_interval = Duration::from_millis(
+            self.int_in("SSH_POLL_INTERVAL_MS", 1, 3_600_000)?
+                .unwrap_or(5000),
+        );
+        let ssh_poll_attempts = self.u32_in("SSH_POLL_ATTEMPTS", 1, 100_000)?.unwrap_or(60);
+
+        let sim_speed = self
+            .parse_with("SIM_SPEED", "is not a positive number", |raw| {
+                raw.parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0)
+            })?
+            .unwrap_or(1.0);
+
+        let site_root = self.get("LEPTOS_SITE_ROOT").unwrap_or("target/site").into();
+        let log_filter = self.get("RUST_LOG").unwrap_or("info").to_string();
+
+        Ok(Config {
+            port,
+            bind,
+            backend,
+            gateway,
+            main_node,
+            nodes,
+            assign_storage,
+            assign_ip_start,
+            assign_ip_end,
+            allow_ips,
+            vm_max_cpu,
+            vm_max_ram_mb,
+            vm_max_disk_gb,
+            vm_balloon_min_mb,
+            vm_root_password,
+            reserved,
+            data_dir,
+            image_cache_dir,
+            image_base,
+            api_tokens,
+            ssh_port,
+            ssh_poll_interval,
+            ssh_poll_attempts,
+            sim_speed,
+            site_root,
+            log_filter,
+        })
+    }
+
+    /// `NODE_<name>=<ip>`. Node.js owns `NODE_ENV`, `NODE_OPTIONS` and friends,
+    /// which are upper-case; Proxmox node names are host names, which have
+    /// lower-case letters, so a suffix without one is not ours.
+    fn nodes(&self) -> Result<BTreeMap<String, Ipv4Addr>, ConfigError> {
+        let mut nodes = BTreeMap::new();
+        for (var, raw) in self.0 {
+            let Some(name) = var.strip_prefix("NODE_") else {
+                continue;
+            };
+            if !name.chars().any(|c| c.is_ascii_lowercase()) || raw.trim().is_empty() {
+                continue;
+            }
+            if !is_node_name(name) {
+                return Err(invalid(var, raw, "is not for a valid node name"));
+            }
+            let ip = raw
+                .trim()
+                .parse()
+                .map_err(|_| invalid(var, raw, "is not an IPv4 address"))?;
+            nodes.insert(name.to_string(), ip);
+        }
+        Ok(nodes)
+    }
+
+    fn image_bases(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+        let mut bases = BTreeMap::new();
+        for (var, raw) in self.0 {
+            let Some(os) = var.strip_prefix("IMAGE_BASE_") else {
+                continue;
+            };
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let os = os.to_ascii_lowercase();
+            if !OS_NAMES.contains(&os.as_str()) {
+                return Err(invalid(
+                    var,
+                    raw,
+                    "is for an OS pvedeck does not install (debian, ubuntu, rockylinux)",
+                ));
+            }
+            let is_url = ["http://", "https://"].iter().any(|scheme| {
+                raw.strip_prefix(scheme)
+                    .is_some_and(|rest| !rest.is_empty())
+            });
+            if !is_url {
+                return Err(invalid(var, raw, "is not an http:// or https:// URL"));
+            }
+            bases.insert(os, raw.trim_end_matches('/').to_string());
+        }
+        Ok(bases)
+    }
+}
+
+/// Proxmox node names are host names: letters, digits and inner hyphens.
+pub fn is_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Proxmox storage ids: `[a-z][a-z0-9\-_.]*[a-z0-9]`.
+fn is_storage_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
+        && id.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+fn parse_reserved(raw: &str) -> Result<BTreeMap<u32, String>, String> {
+    let mut reserved = BTreeMap::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, label) = entry.split_once(':').unwrap_or((entry, "reserved"));
+        let id: u32 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=254).contains(n))
+            .ok_or_else(|| {
+                format!("is not a list of id:label with ids from 1 to 254 ('{entry}' is not)")
+            })?;
+        let label = match label.trim() {
+            "" => "reserved",
+            l => l,
+        };
+        if reserved.insert(id, label.to_string()).is_some() {
+            return Err(format!("names id {id} twice"));
+        }
+    }
+    Ok(reserved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_vars(vars.iter().copied())
+    }
+
+    fn err(vars: &[(&str, &str)]) -> String {
+        match parse(vars) {
+            Ok(_) => panic!("{vars:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const CLI: [(&str, &str); 5] = [
+        ("PVE_BACKEND", "cli"),
+        ("GATEWAY", "10.0.0.1"),
+        ("MAIN_NODE", "pve1"),
+        ("NODE_pve1", "10.0.0.11"),
+        ("ASSIGN_STORAGE", "local-lvm"),
+    ];
+
+    #[test]
+    fn no_variables_give_the_simulated_cluster() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.backend, BackendKind::Sim);
+        assert_eq!(c.port, 8080);
+        assert_eq!(c.gateway, Ipv4Addr::new(192, 168, 0, 1));
+        assert_eq!(c.main_node, "pve1");
+        assert_eq!(c.nodes.len(), 3);
+        assert_eq!(c.node_ip("pve3"), Some(Ipv4Addr::new(192, 168, 0, 13)));
+        assert_eq!(c.assign_storage, "local-zfs");
+        assert_eq!((c.assign_ip_start, c.assign_ip_end), (100, 254));
+        assert!(c.allow_ips.allows("203.0.113.9".parse().unwrap()));
+        assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
+        assert_eq!(c.ssh_poll_attempts, 60);
+        assert_eq!(c.vm_max_cpu, None);
+    }
+
+    #[test]
+    fn bad_ipv4_names_variable_value_and_expectation() {
+        assert_eq!(
+            err(&[("GATEWAY", "192.168.0")]),
+            "GATEWAY=192.168.0 is not an IPv4 address"
+        );
+    }
+
+    #[test]
+    fn cli_backend_needs_gateway_main_node_and_storage() {
+        for missing in ["GATEWAY", "MAIN_NODE", "ASSIGN_STORAGE"] {
+            let vars: Vec<_> = CLI.iter().copied().filter(|(k, _)| *k != missing).collect();
+            assert_eq!(
+                err(&vars),
+                format!("{missing} is not set: required when PVE_BACKEND=cli")
+            );
+        }
+        assert!(parse(&CLI).is_ok());
+    }
+
+    #[test]
+    fn unknown_backend_is_refused() {
+        assert_eq!(
+            err(&[("PVE_BACKEND", "pve")]),
+            "PVE_BACKEND=pve is not one of: sim, cli"
+        );
+    }
+
+    #[test]
+    fn main_node_needs_an_address() {
+        let vars: Vec<_> = CLI
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "NODE_pve1")
+            .collect();
+        assert_eq!(
+            err(&vars),
+            "NODE_pve1 is not set: the main node pve1 needs an address"
+        );
+        assert_eq!(
+            err(&[("NODE_pve2", "10.0.0.300")]),
+            "NODE_pve2=10.0.0.300 is not an IPv4 address"
+        );
+    }
+
+    #[test]
+    fn node_js_variables_are_not_nodes() {
+        let c = parse(&[("NODE_ENV", "production"), ("NODE_OPTIONS", "--x")]).unwrap();
+        assert_eq!(c.nodes.len(), 3);
+    }
+
+    #[test]
+    fn integers_are_checked_against_their_range() {
+        assert_eq!(
+            err(&[("VM_MAX_CPU", "64")]),
+            "VM_MAX_CPU=64 is not an integer from 1 to 32"
+        );
+        assert_eq!(
+            err(&[("VM_MAX_RAM", "lots")]),
+            "VM_MAX_RAM=lots is not an integer >= 512"
+        );
+        assert_eq!(
+            err(&[("PORT", "70000")]),
+            "PORT=70000 is not a port number (0-65535, 0 picks a free port)"
+        );
+        assert_eq!(
+            err(&[("SSH_PORT", "0")]),
+            "SSH_PORT=0 is not a port number (1-65535)"
+        );
+        assert_eq!(
+            err(&[("SIM_SPEED", "0")]),
+            "SIM_SPEED=0 is not a positive number"
+        );
+    }
+
+    #[test]
+    fn assign_range_is_clamped_and_swapped() {
+        let c = parse(&[("ASSIGN_IP_START", "250"), ("ASSIGN_IP_END", "20")]).unwrap();
+        assert_eq!((c.assign_ip_start, c.assign_ip_end), (100, 250));
+        let c = parse(&[("ASSIGN_IP_END", "999")]).unwrap();
+        assert_eq!(c.assign_ip_end, 254);
+        assert_eq!(
+            err(&[("ASSIGN_IP_START", "1x")]),
+            "ASSIGN_IP_START=1x is not an integer >= 0"
+        );
+    }
+
+    #[test]
+    fn allow_list_accepts_addresses_and_cidr() {
+        let c = parse(&[("ALLOW_IPS", "10.0.0.0/8, 127.0.0.1")]).unwrap();
+        assert!(c.allow_ips.allows("10.9.8.7".parse().unwrap()));
+        assert!(!c.allow_ips.allows("192.168.1.1".parse().unwrap()));
+        assert_eq!(
+            err(&[("ALLOW_IPS", "10.0.0.0/33")]),
+            "ALLOW_IPS=10.0.0.0/33 is not a comma list of IP addresses or CIDR blocks \
+             ('10.0.0.0/33' is neither)"
+        );
+    }
+
+    #[test]
+    fn reserved_ids_parse_and_refuse_nonsense() {
+        let c = parse(&[("RESERVED", "100:router, 250:nas,200")]).unwrap();
+        assert_eq!(c.reserved.get(&100).map(String::as_str), Some("router"));
+        assert_eq!(c.reserved.get(&200).map(String::as_str), Some("reserved"));
+        assert_eq!(
+            err(&[("RESERVED", "100:a,x:b")]),
+            "RESERVED=100:a,x:b is not a list of id:label with ids from 1 to 254 ('x:b' is not)"
+        );
+        assert_eq!(
+            err(&[("RESERVED", "100:a,100:b")]),
+            "RESERVED=100:a,100:b names id 100 twice"
+        );
+    }
+
+    #[test]
+    fn image_base_must_be_a_url_for_a_known_os() {
+        let c = parse(&[("IMAGE_BASE_DEBIAN", "http://127.0.0.1:9/img/")]).unwrap();
+        assert_eq!(
+            c.image_base.get("debian").map(String::as_str),
+            Some("http://127.0.0.1:9/img")
+        );
+        assert_eq!(
+            err(&[("IMAGE_BASE_UBUNTU", "ftp://x")]),
+            "IMAGE_BASE_UBUNTU=ftp://x is not an http:// or https:// URL"
+        );
+        assert_eq!(
+            err(&[("IMAGE_BASE_ARCH", "http://x")]),
+            "IMAGE_BASE_ARCH=http://x is for an OS pvedeck does not install \
+             (debian, ubuntu, rockylinux)"
+        );
+    }
+
+    #[test]
+    fn bad_tokens_are_reported_without_showing_them() {
+        let e = err(&[("API_TOKENS", "short")]);
+        assert!(!e.contains("short"), "{e}");
+        assert!(e.starts_with("API_TOKENS=<hidden>"), "{e}");
+    }
+
+    #[test]
+    fn names_of_nodes_and_storages_are_checked() {
+        assert_eq!(
+            err(&[("MAIN_NODE", "pve 1")]),
+            "MAIN_NODE=pve 1 is not a node name (letters, digits and '-')"
+        );
+        assert_eq!(
+            err(&[("ASSIGN_STORAGE", "Local")]),
+            "ASSIGN_STORAGE=Local is not a storage id (lower-case letters, digits, '-', '_', '.')"
+        );
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = parse(&[("VM_ROOT_PASSWORD", "hunter2")]).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn vm_ip_uses_the_gateway_prefix() {
+        let c = parse(&[("GATEWAY", "10.1.2.254")]).unwrap();
+        assert_eq!(c.vm_ip(101), Some(Ipv4Addr::new(10, 1, 2, 101)));
+        assert_eq!(c.vm_ip(300), None);
+    }
+}

@@ -1,0 +1,14 @@
+//! pvedeck: provisions and runs QEMU/KVM VMs on a Proxmox VE cluster.
+//!
+//! `main` reads the configuration and calls `server::serve`; the rest is laid
+//! out as `shared/DESIGN.md` draws it: `api` (HTTP edge), `engine` (the
+//! rules), `pve` (the port to Proxmox), `sim` (the simulated cluster).
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod net;
+pub mod pve;
+pub mod server;
+pub mod sim;
+mod ui;

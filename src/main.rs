@@ -1,0 +1,48 @@
+use std::process::ExitCode;
+
+use pvedeck::config::Config;
+
+/// Exit code for a configuration the server refuses to start with.
+const BAD_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    if let Err(e) = dotenvy::dotenv()
+        && !e.not_found()
+    {
+        eprintln!(".env cannot be read: {e}");
+        return ExitCode::from(BAD_CONFIG);
+    }
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(BAD_CONFIG);
+        }
+    };
+    if let Err(e) = pvedeck::server::init_tracing(&config.log_filter) {
+        eprintln!(
+            "RUST_LOG={} is not a tracing filter: {e}",
+            config.log_filter
+        );
+        return ExitCode::from(BAD_CONFIG);
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(pvedeck::server::serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Wires configuration, backend, engine and routes together and serves them.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::FromRef;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use tokio::net::TcpListener;
+
+use app::backend::SharedBackend;
+use app::{App, OUTPUT_NAME, shell};
+
+use crate::api;
+use crate::config::{BackendKind, Config};
+use crate::engine::Engine;
+use crate::sim::SimCluster;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub leptos: LeptosOptions,
+    pub engine: Arc<Engine>,
+    pub config: Arc<Config>,
+    /// Present when the backend is the simulated cluster: its control routes
+    /// (fault injection) drive it directly.
+    pub sim: Option<Arc<SimCluster>>,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos.clone()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("PVE_BACKEND=cli is not available yet: run with PVE_BACKEND=sim")]
+    CliNotAvailable,
+    #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
+    NoSuchSimNode(String, String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server stopped: {0}")]
+    Serve(std::io::Error),
+}
+
+pub fn init_tracing(filter: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init()
+        .map_err(|e| e.to_string())
+}
+
+/// Builds the whole application for a configuration.
+pub fn build(config: Config) -> Result<Router, StartError> {
+    let config = Arc::new(config);
+    let (pve, sim) = match config.backend {
+        BackendKind::Sim => {
+            let sim = Arc::new(SimCluster::new());
+            let names = sim.node_names();
+            if !names.contains(&config.main_node) {
+                return Err(StartError::NoSuchSimNode(
+                    config.main_node.clone(),
+                    names.join(", "),
+                ));
+            }
+            (sim.clone() as Arc<dyn crate::pve::Pve>, Some(sim))
+        }
+        BackendKind::Cli => return Err(StartError::CliNotAvailable),
+    };
+    let engine = Arc::new(Engine::new(pve, config.clone()));
+
+    let leptos = LeptosOptions::builder()
+        .output_name(OUTPUT_NAME)
+        .site_root(config.site_root.to_string_lossy().as_ref())
+        .site_pkg_dir("pkg")
+        .build();
+    let state = AppState {
+        leptos: leptos.clone(),
+        engine: engine.clone(),
+        config,
+        sim,
+    };
+
+    let backend = SharedBackend(engine);
+    let context = move || provide_context(backend.clone());
+    let routes = generate_route_list(App);
+
+    let router = Router::new()
+        .nest("/api", api::router(state.clone()))
+        .leptos_routes_with_context(&state, routes, context.clone(), move || {
+            shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, shell))
+        .layer(axum::middleware::from_fn(api::middleware::log_request))
+        .with_state(state);
+    Ok(router)
+}
+
+/// The address to print for people: a wildcard bind is reachable on loopback.
+fn url_for(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// A server running in the background (tests, benchmarks).
+pub struct Running {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+pub async fn bind(config: &Config) -> Result<TcpListener, StartError> {
+    let addr = SocketAddr::new(config.bind, config.port);
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, StartError> {
+    listener.local_addr().map_err(StartError::Serve)
+}
+
+/// Starts serving on a task and returns at once.
+pub async fn spawn(config: Config) -> Result<Running, StartError> {
+    let listener = bind(&config).await?;
+    let addr = local_addr(&listener)?;
+    let router = build(config)?;
+    let task = tokio::spawn(async move {
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(e) = axum::serve(listener, service).await {
+            tracing::error!("server stopped: {e}");
+        }
+    });
+    Ok(Running {
+        addr,
+        url: url_for(addr),
+        task,
+    })
+}
+
+/// Serves until Ctrl-C or SIGTERM.
+pub async fn serve(config: Config) -> Result<(), StartError> {
+    let listener = bind(&config).await?;
+    let addr = local_addr(&listener)?;
+    let backend = config.backend;
+    let router = build(config)?;
+    // Scripts (and the test runner) wait for this line rather than poll.
+    println!(
+        "pvedeck listening on {} (backend: {backend})",
+        url_for(addr)
+    );
+    tracing::info!(%addr, %backend, "listening");
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .map_err(StartError::Serve)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,215 @@
+//! The demo cluster: three nodes of different CPU generations (so the CPU
+//! baseline of SPEC §3.3 has something to decide), two local storages and an
+//! unreachable NFS share, and a handful of guests in several states.
+//!
+//! The numbers are chosen so that the figures of `/api/vm/list` can be worked
+//! out by hand; `tests/api_list.rs` asserts them.
+
+use std::collections::BTreeMap;
+
+use super::state::{ClusterState, GIB, GuestKind, MIB, SimNode, SimStorage, SimVm};
+use crate::pve::CpuInfo;
+
+const BASE_FLAGS: &str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat \
+     pse36 clflush mmx fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good \
+     nopl xtopology nonstop_tsc cpuid aperfmperf pni pclmulqdq monitor ssse3 cx16 pdcm sse4_1 \
+     sse4_2 x2apic popcnt tsc_deadline_timer aes xsave avx lahf_lm vmx";
+/// What Haswell and later add; the kernel names LZCNT `abm`.
+const V3_FLAGS: &str = "fma movbe f16c rdrand abm bmi1 avx2 bmi2 xsaveopt";
+const V4_FLAGS: &str = "avx512f avx512dq avx512cd avx512bw avx512vl";
+
+fn node(
+    name: &str,
+    model: &str,
+    (cpus, cores): (u32, u32),
+    flags: String,
+    (mem_gib, mem_host): (u64, u64),
+    (disk_gib, disk_used_gib): (u64, u64),
+    cpu_load: f64,
+) -> SimNode {
+    SimNode {
+        name: name.to_string(),
+        online: true,
+        cpuinfo: CpuInfo {
+            cpus,
+            sockets: 1,
+            cores,
+            model: model.to_string(),
+            mhz: "2900.000".to_string(),
+            flags,
+            hvm: "1".to_string(),
+            user_hz: 100,
+        },
+        mem_total: mem_gib * GIB,
+        mem_host,
+        rootfs_total: disk_gib * GIB,
+        rootfs_used: disk_used_gib * GIB,
+        cpu_load,
+        uptime: 1_209_600,
+    }
+}
+
+fn vm(
+    vmid: u32,
+    node: &str,
+    name: &str,
+    os: &str,
+    (cores, memory_mb, disk_gb): (u32, u64, u64),
+    running: Option<u64>,
+) -> SimVm {
+    let disk = format!("local-zfs:vm-{vmid}-disk-0,size={disk_gb}G");
+    let config: BTreeMap<String, String> = [
+        ("name", name.to_string()),
+        ("cores", cores.to_string()),
+        ("memory", memory_mb.to_string()),
+        ("cpu", "x86-64-v2-AES".to_string()),
+        ("scsihw", "virtio-scsi-pci".to_string()),
+        ("scsi0", disk),
+        ("ide2", format!("local-zfs:vm-{vmid}-cloudinit,media=cdrom")),
+        ("boot", "order=scsi0".to_string()),
+        ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0".to_string()),
+        ("ostype", "l26".to_string()),
+        ("agent", "1".to_string()),
+        ("serial0", "socket".to_string()),
+        ("tags", os.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    SimVm {
+        vmid,
+        node: node.to_string(),
+        kind: GuestKind::Qemu,
+        config,
+        running: running.is_some(),
+        mem_used: running.unwrap_or(0),
+        cpu_load: if running.is_some() { 0.04 } else { 0.0 },
+        uptime: if running.is_some() { 86_400 } else { 0 },
+    }
+}
+
+pub fn demo_cluster() -> ClusterState {
+    let nodes = [
+        node(
+            "pve1",
+            "Intel(R) Xeon(R) Gold 6326 CPU @ 2.90GHz",
+            (32, 16),
+            format!("{BASE_FLAGS} {V3_FLAGS} {V4_FLAGS}"),
+            (128, 8 * GIB),
+            (1024, 256),
+            0.125,
+        ),
+        node(
+            "pve2",
+            "AMD EPYC 7232P 8-Core Processor",
+            (16, 8),
+            format!("{BASE_FLAGS} {V3_FLAGS}"),
+            (64, 3 * GIB + 256 * MIB),
+            (512, 64),
+            0.0625,
+        ),
+        node(
+            "pve3",
+            "Intel(R) Core(TM) i7-3770 CPU @ 3.40GHz",
+            (8, 4),
+            format!("{BASE_FLAGS} f16c rdrand"),
+            (32, 3 * GIB),
+            (256, 32),
+            0.25,
+        ),
+    ];
+
+    let storages = vec![
+        SimStorage {
+            id: "local".to_string(),
+            kind: "dir".to_string(),
+            enabled: true,
+            reachable: true,
+            total: 100 * GIB,
+            used_base: 12 * GIB,
+        },
+        SimStorage {
+            id: "local-zfs".to_string(),
+            kind: "zfspool".to_string(),
+            enabled: true,
+            reachable: true,
+            total: 860 * GIB,
+            used_base: 4 * GIB,
+        },
+        SimStorage {
+            id: "nas".to_string(),
+            kind: "nfs".to_string(),
+            enabled: true,
+            reachable: false,
+            total: 0,
+            used_base: 0,
+        },
+    ];
+
+    let mut vms = vec![
+        vm(
+            101,
+            "pve1",
+            "web-01-101",
+            "ubuntu",
+            (2, 4096, 40),
+            Some(1536 * MIB),
+        ),
+        vm(
+            102,
+            "pve1",
+            "db-01-102",
+            "debian",
+            (4, 8192, 100),
+            Some(6656 * MIB),
+        ),
+        vm(103, "pve2", "build-103", "rockylinux", (8, 16384, 64), None),
+        vm(
+            104,
+            "pve2",
+            "cache-104",
+            "debian",
+            (2, 1536, 16),
+            Some(768 * MIB),
+        ),
+        vm(105, "pve3", "legacy-105", "ubuntu", (1, 1024, 20), None),
+        vm(
+            110,
+            "pve3",
+            "monitor-110",
+            "debian",
+            (2, 2048, 32),
+            Some(GIB),
+        ),
+    ];
+
+    // Guests pvedeck does not manage but a real cluster has: a container and a template.
+    let mut container = vm(
+        200,
+        "pve1",
+        "dns-200",
+        "debian",
+        (1, 512, 8),
+        Some(128 * MIB),
+    );
+    container.kind = GuestKind::Lxc;
+    vms.push(container);
+    let mut template = vm(
+        9000,
+        "pve2",
+        "debian-12-template",
+        "debian",
+        (2, 2048, 4),
+        None,
+    );
+    template
+        .config
+        .insert("template".to_string(), "1".to_string());
+    vms.push(template);
+
+    ClusterState {
+        nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
+        storages,
+        vms: vms.into_iter().map(|v| (v.vmid, v)).collect(),
+    }
+}

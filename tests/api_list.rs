@@ -1,0 +1,214 @@
+//! `GET /api/vm/list` and friends over real HTTP, on the demo simulated
+//! cluster whose figures `src/sim/seed.rs` chose to be checkable by hand.
+
+mod common;
+
+use serde_json::Value;
+
+async fn list(url: &str, query: &str) -> Value {
+    let (status, body) = common::get(&format!("{url}/api/vm/list{query}")).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+fn node<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["cluster"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["node"] == name))
+        .unwrap_or_else(|| panic!("node {name} in {list}"))
+}
+
+fn vmids(list: &Value) -> Vec<u64> {
+    list["list"]
+        .as_array()
+        .map(|vms| vms.iter().filter_map(|v| v["vmid"].as_u64()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn health_answers_ok_in_plain_text() {
+    let server = common::server(&[]).await;
+    let res = reqwest::get(format!("{}/api/health", server.url))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.headers()["content-type"].to_str().unwrap(),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(res.text().await.unwrap(), "ok");
+}
+
+#[tokio::test]
+async fn list_of_the_demo_cluster_has_go_pve_qemu_keys_units_and_order() {
+    let server = common::server(&[]).await;
+    let all = list(&server.url, "").await;
+
+    assert_eq!(vmids(&all), [101, 102, 103, 104, 105, 110]);
+    assert_eq!(all["count"], 6);
+
+    let web = &all["list"][0];
+    assert_eq!(web["name"], "web-01-101");
+    assert_eq!(web["os"], "ubuntu");
+    assert_eq!(web["running"], true);
+    assert_eq!(web["node"], "pve1");
+    assert_eq!(web["cpu"], 2);
+    assert_eq!(web["disk"], 40.0);
+    assert_eq!(web["memory"], 4.0);
+    assert_eq!(web["memory_used"], 1.5);
+    assert_eq!(web["ip"], "192.168.0.101");
+
+    // 1.5 GiB stays 1.5 (go-pve-qemu truncated it to 1).
+    let cache = &all["list"][3];
+    assert_eq!(cache["vmid"], 104);
+    assert_eq!(cache["memory"], 1.5);
+    assert_eq!(cache["memory_used"], 0.75);
+    assert_eq!(all["list"][2]["running"], false);
+
+    let names: Vec<&str> = all["cluster"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["node"].as_str())
+        .collect();
+    assert_eq!(names, ["pve1", "pve2", "pve3"]);
+
+    // pve1: 6 of 32 vCPUs, 12 of 128 GiB allocated; 16.125 GiB in use
+    // (8 host + 1.5 + 6.5 + 0.125 for the container); 40 + 100 GiB of disk.
+    let pve1 = node(&all, "pve1");
+    assert_eq!(pve1["running"], true);
+    assert_eq!(pve1["max_cpu"], 32);
+    assert_eq!(pve1["max_memory"], 128.0);
+    assert_eq!(pve1["cpu"], 18.75);
+    assert_eq!(pve1["memory"], 9.38);
+    assert_eq!(pve1["memory_used"], 12.6);
+    assert_eq!(pve1["disk"], 140.0);
+
+    // pve2: the template's 2 cores and 2 GiB are not allocated to a VM.
+    let pve2 = node(&all, "pve2");
+    assert_eq!(pve2["cpu"], 62.5);
+    assert_eq!(pve2["memory"], 27.34);
+    assert_eq!(pve2["memory_used"], 6.25);
+    assert_eq!(pve2["disk"], 80.0);
+
+    let pve3 = node(&all, "pve3");
+    assert_eq!(pve3["max_memory"], 32.0);
+    assert_eq!(pve3["cpu"], 37.5);
+    assert_eq!(pve3["memory"], 9.38);
+    assert_eq!(pve3["memory_used"], 12.5);
+    assert_eq!(pve3["disk"], 52.0);
+}
+
+#[tokio::test]
+async fn disable_filters_running_or_stopped_and_allocation_follows() {
+    let server = common::server(&[]).await;
+
+    let running = list(&server.url, "?disable=0").await;
+    assert_eq!(vmids(&running), [101, 102, 104, 110]);
+    assert_eq!(node(&running, "pve2")["cpu"], 12.5);
+    assert_eq!(node(&running, "pve2")["memory"], 2.34);
+    assert_eq!(node(&running, "pve3")["memory"], 6.25);
+
+    let stopped = list(&server.url, "?disable=1").await;
+    assert_eq!(vmids(&stopped), [103, 105]);
+    assert_eq!(stopped["count"], 2);
+    assert_eq!(node(&stopped, "pve1")["cpu"], 0.0);
+    assert_eq!(node(&stopped, "pve2")["memory"], 25.0);
+    assert_eq!(node(&stopped, "pve3")["memory"], 3.13);
+
+    // Anything else means all, as in go-pve-qemu.
+    for query in ["?disable=2", "?disable=yes", "?disable=", "?other=1"] {
+        assert_eq!(vmids(&list(&server.url, query).await).len(), 6, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn reserved_ids_are_listed_with_node_and_os_dash() {
+    let server = common::server(&[("RESERVED", "100:router,120:nas")]).await;
+    let all = list(&server.url, "").await;
+    assert_eq!(vmids(&all), [100, 101, 102, 103, 104, 105, 110, 120]);
+    let router = &all["list"][0];
+    assert_eq!(router["name"], "router");
+    assert_eq!(router["node"], "-");
+    assert_eq!(router["os"], "-");
+    assert_eq!(router["reserved"], true);
+    assert_eq!(router["ip"], "192.168.0.100");
+    // Reserved hosts are neither running nor stopped VMs.
+    assert_eq!(vmids(&list(&server.url, "?disable=1").await), [103, 105]);
+}
+
+#[tokio::test]
+async fn an_offline_node_shows_offline_and_its_vms_unknown() {
+    let server = common::server(&[]).await;
+    let (status, body) = common::post(&format!("{}/api/sim/node/pve3/offline", server.url)).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let all = list(&server.url, "").await;
+    let pve3 = node(&all, "pve3");
+    assert_eq!(pve3["running"], false);
+    assert_eq!(pve3["status"], "offline");
+    assert_eq!(pve3["memory_used"], 0.0);
+    let monitor = all["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vmid"] == 110)
+        .unwrap();
+    assert_eq!(monitor["status"], "unknown");
+    assert_eq!(monitor["running"], false);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_text_under_api_and_a_404_page_elsewhere() {
+    let server = common::server(&[]).await;
+    let (status, body) = common::get(&format!("{}/api/nope", server.url)).await;
+    assert_eq!((status, body.as_str()), (404, "404 page not found"));
+    let (status, body) = common::get(&format!("{}/api/vm/101/nope", server.url)).await;
+    assert_eq!((status, body.as_str()), (404, "404 page not found"));
+
+    let (status, body) = common::get(&format!("{}/no/such/page", server.url)).await;
+    assert_eq!(status, 404);
+    assert!(body.contains("404 — page not found"), "{body}");
+}
+
+#[tokio::test]
+async fn overview_page_is_server_rendered_with_nodes_and_vms() {
+    let server = common::server(&[]).await;
+    let (status, body) = common::get(&format!("{}/", server.url)).await;
+    assert_eq!(status, 200);
+    for needle in [
+        r#"data-node="pve1""#,
+        r#"data-node="pve3""#,
+        r#"data-vmid="110""#,
+        "db-01-102",
+        "/pkg/pvedeck.js",
+    ] {
+        assert!(body.contains(needle), "{needle} missing from the page");
+    }
+}
+
+#[tokio::test]
+async fn clients_outside_allow_ips_cannot_change_anything() {
+    let server = common::server(&[("ALLOW_IPS", "10.0.0.0/8")]).await;
+    let (status, body) = common::post(&format!("{}/api/sim/node/pve3/offline", server.url)).await;
+    assert_eq!(status, 403, "{body}");
+    // Nothing changed, and reading is still open to everyone.
+    let all = list(&server.url, "").await;
+    assert_eq!(node(&all, "pve3")["running"], true);
+}
+
+#[tokio::test]
+async fn api_tokens_guard_changes_but_not_reads() {
+    let token = "0123456789abcdef-test";
+    let server = common::server(&[("API_TOKENS", token)]).await;
+    let url = format!("{}/api/sim/node/pve2/offline", server.url);
+    let (status, _) = common::post(&url).await;
+    assert_eq!(status, 401);
+    let res = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(list(&server.url, "").await["cluster"][1]["running"], false);
+}

@@ -1,0 +1,64 @@
+//! The server binary refuses bad configuration with exit code 2 and one line
+//! naming the variable, the value and what is expected.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// An empty directory of its own, so no developer's `.env` is read.
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pvedeck-config-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn run(dir: &PathBuf, vars: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pvedeck"))
+        .current_dir(dir)
+        .env_clear()
+        .envs(vars.iter().copied())
+        .output()
+        .expect("run pvedeck")
+}
+
+fn refused(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    stderr.trim_end().to_string()
+}
+
+#[test]
+fn bad_gateway_stops_the_server_with_exit_code_2() {
+    let dir = workdir("gateway");
+    let out = run(&dir, &[("GATEWAY", "192.168.0")]);
+    assert_eq!(refused(&out), "GATEWAY=192.168.0 is not an IPv4 address");
+}
+
+#[test]
+fn cli_backend_without_its_settings_is_refused() {
+    let dir = workdir("cli");
+    let out = run(&dir, &[("PVE_BACKEND", "cli")]);
+    assert_eq!(
+        refused(&out),
+        "GATEWAY is not set: required when PVE_BACKEND=cli"
+    );
+}
+
+#[test]
+fn dot_env_is_read_from_the_working_directory() {
+    let dir = workdir("dotenv");
+    std::fs::write(dir.join(".env"), "PORT=80800\n").expect(".env");
+    let out = run(&dir, &[]);
+    assert_eq!(
+        refused(&out),
+        "PORT=80800 is not a port number (0-65535, 0 picks a free port)"
+    );
+}
+
+#[test]
+fn a_bad_log_filter_is_a_configuration_error() {
+    let dir = workdir("rustlog");
+    let out = run(&dir, &[("RUST_LOG", "info,[")]);
+    assert!(refused(&out).starts_with("RUST_LOG=info,[ is not a tracing filter"));
+}

@@ -1,0 +1,104 @@
+//! Browser tests: the release server on the simulated cluster, driven by
+//! playwright-core in Debian's headless Chromium (`end2end/`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::run::{Failed, status, step};
+
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+/// Ample for a release server to bind; it prints its URL the moment it listens.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Kills the server however the tests end.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> Failed + '_ {
+    move |e| Failed(format!("{what}: {e}"))
+}
+
+pub fn run(root: &Path) -> Result<(), Failed> {
+    step("browser tests (headless Chromium, release server)", || {
+        let out = root.join("target/e2e");
+        let data = out.join("data");
+        if data.exists() {
+            std::fs::remove_dir_all(&data).map_err(io("target/e2e/data"))?;
+        }
+        std::fs::create_dir_all(&data).map_err(io("target/e2e/data"))?;
+        let (server, url) = start_server(root, &out)?;
+        println!("    server at {url}, log in target/e2e/server.log");
+        let result = status(
+            Command::new("node")
+                .args(["--test", "--test-concurrency=1", "tests/"])
+                .current_dir(root.join("end2end"))
+                .env("BASE_URL", &url)
+                .env("CHROMIUM", CHROMIUM)
+                .env("SCREENSHOT_DIR", out.join("screenshots")),
+        );
+        drop(server);
+        result
+    })
+}
+
+/// Starts `target/release/pvedeck` on a free loopback port, in an empty
+/// environment and working directory (no developer's `.env` or exported
+/// settings leak in), and waits for the line that says where it listens.
+fn start_server(root: &Path, out: &Path) -> Result<(Server, String), Failed> {
+    let mut child = Command::new(root.join("target/release/pvedeck"))
+        .current_dir(out)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", out)
+        .env("PVE_BACKEND", "sim")
+        .env("PORT", "0")
+        .env("BIND_ADDR", "127.0.0.1")
+        .env("DATA_DIR", out.join("data"))
+        .env("LEPTOS_SITE_ROOT", root.join("target/site"))
+        .env("SIM_SPEED", "50")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io("target/release/pvedeck"))?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Failed("server output was not captured".to_string()));
+    };
+    let server = Server(child);
+    let log = std::fs::File::create(out.join("server.log")).map_err(io("server.log"))?;
+
+    let (tx, rx) = mpsc::channel();
+    let stdout_log = log.try_clone().map_err(io("server.log"))?;
+    std::thread::spawn(move || {
+        let mut log = stdout_log;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut log = log;
+        let mut stderr = stderr;
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 || log.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let url = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
+        Failed("the server did not report a URL (see target/e2e/server.log)".to_string())
+    })?;
+    Ok((server, url))
+}

@@ -1,0 +1,83 @@
+//! Installs what the build and the tests need, only when it is missing.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::run::{Failed, output, status, step};
+use crate::site::WASM_TARGET;
+
+/// What `serve` needs: the WASM target, rustfmt/clippy come with `test`, and
+/// the npm packages of `frontend/` (binaryen's `wasm-opt`).
+pub fn build_tools(root: &Path) -> Result<(), Failed> {
+    let installed =
+        output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    if !installed.lines().any(|t| t.trim() == WASM_TARGET) {
+        step("install the Rust target wasm32-unknown-unknown", || {
+            status(Command::new("rustup").args(["target", "add", WASM_TARGET]))
+        })?;
+    }
+    ensure_node()?;
+    npm_ci(root, "frontend")
+}
+
+/// What `test` needs on top: rustfmt and clippy, Chromium, playwright-core.
+pub fn test_tools(root: &Path) -> Result<(), Failed> {
+    let has = |args: &[&str]| output(Command::new("cargo").args(args)).is_some();
+    if !has(&["fmt", "--version"]) || !has(&["clippy", "--version"]) {
+        step("install rustfmt and clippy", || {
+            status(Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]))
+        })?;
+    }
+    if !Path::new(crate::e2e::CHROMIUM).exists() {
+        apt_install(&["chromium", "chromium-driver"])?;
+    }
+    npm_ci(root, "end2end")
+}
+
+fn ensure_node() -> Result<(), Failed> {
+    if output(Command::new("npm").arg("--version")).is_none() {
+        apt_install(&["nodejs", "npm"])?;
+    }
+    Ok(())
+}
+
+fn apt_install(packages: &[&str]) -> Result<(), Failed> {
+    step(&format!("install {} (apt)", packages.join(" ")), || {
+        let root_user = output(Command::new("id").arg("-u")).is_some_and(|id| id.trim() == "0");
+        let apt = |args: &[&str]| {
+            let mut cmd = if root_user {
+                Command::new("apt-get")
+            } else {
+                let mut sudo = Command::new("sudo");
+                sudo.args(["-n", "apt-get"]);
+                sudo
+            };
+            cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            status(&mut cmd)
+        };
+        apt(&["update", "-q"])?;
+        let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+        args.extend(packages);
+        apt(&args)
+    })
+}
+
+/// `npm ci` in `dir` unless its `node_modules` was installed from the very
+/// same lock file.
+fn npm_ci(root: &Path, dir: &str) -> Result<(), Failed> {
+    let dir = root.join(dir);
+    let lock = std::fs::read(dir.join("package-lock.json"))
+        .map_err(|e| Failed(format!("{}/package-lock.json: {e}", dir.display())))?;
+    let stamp = dir.join("node_modules/.installed-lock.json");
+    if std::fs::read(&stamp).is_ok_and(|installed| installed == lock) {
+        return Ok(());
+    }
+    step(&format!("npm ci in {}", dir.display()), || {
+        status(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir),
+        )?;
+        std::fs::write(&stamp, &lock).map_err(|e| Failed(format!("{}: {e}", stamp.display())))
+    })
+}
