@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::net::AllowList;
+use crate::scripts::ScriptSet;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -51,6 +52,10 @@ impl fmt::Display for BackendKind {
 pub struct Secret(String);
 
 impl Secret {
+    pub fn new(value: &str) -> Secret {
+        Secret(value.to_string())
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -93,6 +98,18 @@ pub struct Config {
     pub ssh_poll_attempts: u32,
     /// How much faster than real time the simulated cluster runs.
     pub sim_speed: f64,
+    /// How much the simulated guests' memory use wanders (fraction, 0 = still).
+    pub sim_jitter: f64,
+    /// Where pvedeck's own SSH key lives (`~/.ssh` for cli, `DATA_DIR/ssh` for sim).
+    pub ssh_key_dir: PathBuf,
+    /// Extra public keys put into every VM (go-pve-qemu's admin key file).
+    pub admin_keys_file: Option<PathBuf>,
+    /// Which init scripts `/sh/` serves: the real ones or the harmless test set.
+    pub init_scripts: ScriptSet,
+    /// Timeout of a short Proxmox command (`qm set`, `qm start`…).
+    pub command_timeout: Duration,
+    /// Timeout of a long one (`qm importdisk`, `qm migrate`, the init script).
+    pub long_command_timeout: Duration,
     /// Where the built site (`pkg/`, static files) lives.
     pub site_root: PathBuf,
     pub log_filter: String,
@@ -285,8 +302,41 @@ impl Vars<'_> {
             Some(raw) => parse_reserved(raw).map_err(|why| invalid("RESERVED", raw, why))?,
         };
 
-        let data_dir = self.get("DATA_DIR").unwrap_or("./data").into();
-        let image_cache_dir = self.get("IMAGE_CACHE_DIR").unwrap_or("/tmp").into();
+        let data_dir: PathBuf = self.get("DATA_DIR").unwrap_or("./data").into();
+        // The simulated cluster keeps its fake images and its SSH key with
+        // its other data: running the demo must not touch /tmp or ~/.ssh.
+        let image_cache_dir = match (self.get("IMAGE_CACHE_DIR"), backend) {
+            (Some(dir), _) => dir.into(),
+            (None, BackendKind::Sim) => data_dir.join("images"),
+            (None, BackendKind::Cli) => "/tmp".into(),
+        };
+        let ssh_key_dir = match (self.get("SSH_KEY_DIR"), backend) {
+            (Some(dir), _) => dir.into(),
+            (None, BackendKind::Sim) => data_dir.join("ssh"),
+            (None, BackendKind::Cli) => match self.get("HOME") {
+                Some(home) => PathBuf::from(home).join(".ssh"),
+                None => {
+                    return Err(ConfigError::Missing {
+                        var: "SSH_KEY_DIR".to_string(),
+                        why: "HOME is not set either, so there is no ~/.ssh".to_string(),
+                    });
+                }
+            },
+        };
+        let admin_keys_file = self.get("ADMIN_PUBKEY_FILE").map(PathBuf::from);
+        let init_scripts = match self.get("INIT_SCRIPTS") {
+            None | Some("real") => ScriptSet::Real,
+            Some("test") => ScriptSet::Harmless,
+            Some(other) => return Err(invalid("INIT_SCRIPTS", other, "is not one of: real, test")),
+        };
+        let command_timeout = Duration::from_secs(
+            self.int_in("COMMAND_TIMEOUT_SECS", 1, 86_400)?
+                .unwrap_or(300),
+        );
+        let long_command_timeout = Duration::from_secs(
+            self.int_in("LONG_COMMAND_TIMEOUT_SECS", 1, 86_400)?
+                .unwrap_or(3600),
+        );
         let image_base = self.image_bases()?;
 
         let api_tokens = match self.get("API_TOKENS") {
@@ -309,13 +359,6 @@ impl Vars<'_> {
                 .collect::<Result<_, _>>()?,
         };
 
-        let ssh_port = self.port("SSH_PORT", false)?.unwrap_or(22);
-        let ssh_poll_interval = Duration::from_millis(
-            self.int_in("SSH_POLL_INTERVAL_MS", 1, 3_600_000)?
-                .unwrap_or(5000),
-        );
-        let ssh_poll_attempts = self.u32_in("SSH_POLL_ATTEMPTS", 1, 100_000)?.unwrap_or(60);
-
         let sim_speed = self
             .parse_with("SIM_SPEED", "is not a positive number", |raw| {
                 raw.parse::<f64>()
@@ -323,6 +366,19 @@ impl Vars<'_> {
                     .filter(|s| s.is_finite() && *s > 0.0)
             })?
             .unwrap_or(1.0);
+        let sim_jitter = self.int_in("SIM_JITTER", 0, 50)?.unwrap_or(5) as f64 / 100.0;
+
+        let ssh_port = self.port("SSH_PORT", false)?.unwrap_or(22);
+        // The simulated guests boot SIM_SPEED times faster: so does the polling.
+        let default_poll_ms = match backend {
+            BackendKind::Sim => (5000.0 / sim_speed).max(1.0) as u64,
+            BackendKind::Cli => 5000,
+        };
+        let ssh_poll_interval = Duration::from_millis(
+            self.int_in("SSH_POLL_INTERVAL_MS", 1, 3_600_000)?
+                .unwrap_or(default_poll_ms),
+        );
+        let ssh_poll_attempts = self.u32_in("SSH_POLL_ATTEMPTS", 1, 100_000)?.unwrap_or(60);
 
         let site_root = self.get("LEPTOS_SITE_ROOT").unwrap_or("target/site").into();
         let log_filter = self.get("RUST_LOG").unwrap_or("info").to_string();
@@ -352,6 +408,12 @@ impl Vars<'_> {
             ssh_poll_interval,
             ssh_poll_attempts,
             sim_speed,
+            sim_jitter,
+            ssh_key_dir,
+            admin_keys_file,
+            init_scripts,
+            command_timeout,
+            long_command_timeout,
             site_root,
             log_filter,
         })
@@ -469,8 +531,9 @@ mod tests {
         }
     }
 
-    const CLI: [(&str, &str); 5] = [
+    const CLI: [(&str, &str); 6] = [
         ("PVE_BACKEND", "cli"),
+        ("HOME", "/root"),
         ("GATEWAY", "10.0.0.1"),
         ("MAIN_NODE", "pve1"),
         ("NODE_pve1", "10.0.0.11"),
@@ -492,6 +555,24 @@ mod tests {
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
         assert_eq!(c.ssh_poll_attempts, 60);
         assert_eq!(c.vm_max_cpu, None);
+        assert_eq!(c.image_cache_dir, PathBuf::from("./data/images"));
+        assert_eq!(c.ssh_key_dir, PathBuf::from("./data/ssh"));
+    }
+
+    #[test]
+    fn cli_keeps_go_pve_qemu_locations() {
+        let c = parse(&CLI).unwrap();
+        assert_eq!(c.image_cache_dir, PathBuf::from("/tmp"));
+        assert_eq!(c.ssh_key_dir, PathBuf::from("/root/.ssh"));
+        assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
+    }
+
+    #[test]
+    fn sim_speed_shortens_the_default_poll_interval() {
+        let c = parse(&[("SIM_SPEED", "100")]).unwrap();
+        assert_eq!(c.ssh_poll_interval, Duration::from_millis(50));
+        let c = parse(&[("SIM_SPEED", "100"), ("SSH_POLL_INTERVAL_MS", "7")]).unwrap();
+        assert_eq!(c.ssh_poll_interval, Duration::from_millis(7));
     }
 
     #[test]

@@ -7,8 +7,13 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+pub mod jobs;
 pub mod net;
+pub mod os;
 pub mod pve;
+pub mod scripts;
+mod secret;
 pub mod server;
 pub mod sim;
+pub mod store;
 mod ui;

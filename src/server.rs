@@ -15,6 +15,7 @@ use app::{App, OUTPUT_NAME, shell};
 use crate::api;
 use crate::config::{BackendKind, Config};
 use crate::engine::Engine;
+use crate::jobs::Jobs;
 use crate::sim::SimCluster;
 
 #[derive(Clone)]
@@ -37,6 +38,12 @@ impl FromRef<AppState> for LeptosOptions {
 pub enum StartError {
     #[error("PVE_BACKEND=cli is not available yet: run with PVE_BACKEND=sim")]
     CliNotAvailable,
+    #[error(transparent)]
+    Sim(#[from] crate::sim::SimError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{0}")]
+    Engine(String),
     #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
     NoSuchSimNode(String, String),
     #[error("cannot listen on {addr}: {source}")]
@@ -57,12 +64,13 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Builds the whole application for a configuration.
-pub fn build(config: Config) -> Result<Router, StartError> {
+/// Builds the whole application for a configuration; `port` is the one the
+/// listener got (VMs fetch the init scripts from it).
+pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
     let config = Arc::new(config);
     let (pve, sim) = match config.backend {
         BackendKind::Sim => {
-            let sim = Arc::new(SimCluster::new());
+            let sim = Arc::new(SimCluster::open(&config)?);
             let names = sim.node_names();
             if !names.contains(&config.main_node) {
                 return Err(StartError::NoSuchSimNode(
@@ -74,7 +82,9 @@ pub fn build(config: Config) -> Result<Router, StartError> {
         }
         BackendKind::Cli => return Err(StartError::CliNotAvailable),
     };
-    let engine = Arc::new(Engine::new(pve, config.clone()));
+    let jobs = Jobs::open(&config.data_dir.join("pvedeck.db"))?;
+    let engine =
+        Arc::new(Engine::new(pve, config.clone(), jobs, port).map_err(StartError::Engine)?);
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)
@@ -94,6 +104,7 @@ pub fn build(config: Config) -> Result<Router, StartError> {
 
     let router = Router::new()
         .nest("/api", api::router(state.clone()))
+        .route("/sh/{name}", axum::routing::get(api::sh::script))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(leptos.clone())
         })
@@ -137,7 +148,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, StartError> {
 pub async fn spawn(config: Config) -> Result<Running, StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
-    let router = build(config)?;
+    let router = build(config, addr.port())?;
     let task = tokio::spawn(async move {
         let service = router.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, service).await {
@@ -156,7 +167,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
     let backend = config.backend;
-    let router = build(config)?;
+    let router = build(config, addr.port())?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(
         "pvedeck listening on {} (backend: {backend})",

@@ -91,3 +91,94 @@ pub struct NodeSummary {
     /// How many of the listed VMs live on this node.
     pub vms: usize,
 }
+
+/// How an event of a job's timeline went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Processing,
+    Success,
+    Error,
+}
+
+/// One event of a job's timeline: what go-pve-qemu's SSE `data:` lines carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepEvent {
+    /// `<stage> > <step>`, or just the step for lifecycle jobs.
+    pub step: String,
+    pub status: StepStatus,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+/// A stored event: its place in the job's log and when it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub seq: u64,
+    /// Unix time, milliseconds.
+    pub at: i64,
+    #[serde(flatten)]
+    pub event: StepEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    Install,
+    Start,
+    Reboot,
+    Migrate,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Install => "install",
+            JobKind::Start => "start",
+            JobKind::Reboot => "reboot",
+            JobKind::Migrate => "migrate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Running,
+    Succeeded,
+    Failed,
+    /// The server stopped while the job ran.
+    Interrupted,
+}
+
+/// What became of the VM when a job failed (SPEC §3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VmOutcome {
+    /// No VM was created.
+    None,
+    /// The half-made VM was destroyed.
+    Destroyed,
+    /// The VM stays, for debugging.
+    Kept,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: u64,
+    pub kind: JobKind,
+    pub vmid: Option<u32>,
+    pub state: JobState,
+    /// A line for lists: `install debian 12 "web"`, `migrate 101 → pve2`.
+    pub title: String,
+    /// Unix time, milliseconds.
+    pub created: i64,
+    pub finished: Option<i64>,
+    /// Set when the job failed: what became of the VM.
+    pub outcome: Option<VmOutcome>,
+    /// Set when the job failed: the `step` that failed.
+    pub failed_step: Option<String>,
+}

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::engine::EngineError;
 use crate::pve::PveError;
+use crate::store::StoreError;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -19,20 +20,47 @@ impl ApiError {
             message: message.into(),
         }
     }
+
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
 }
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let status = match &e {
-            EngineError::Pve(PveError::NoSuchNode(_)) => StatusCode::NOT_FOUND,
-            EngineError::Pve(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            EngineError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            EngineError::NotFound(_) | EngineError::Pve(PveError::NoSuchNode(_)) => {
+                StatusCode::NOT_FOUND
+            }
+            EngineError::Conflict(_) => StatusCode::CONFLICT,
+            EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            EngineError::Pve(_) | EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, e.to_string())
+        let message = match &e {
+            EngineError::Pve(PveError::Command {
+                command, message, ..
+            }) => {
+                format!("{command}: {}", crate::engine::one_line(message))
+            }
+            other => other.to_string(),
+        };
+        ApiError::new(status, message)
     }
 }
 
 impl From<PveError> for ApiError {
     fn from(e: PveError) -> ApiError {
+        EngineError::from(e).into()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
         EngineError::from(e).into()
     }
 }

@@ -2,8 +2,11 @@
 //! call the engine and render; the rules are the engine's.
 
 mod error;
+mod jobs;
 pub mod middleware;
+pub mod sh;
 mod sim;
+mod sse;
 mod vm;
 
 use axum::Router;
@@ -17,7 +20,28 @@ pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/health", get(health))
         .route("/vm/list", get(vm::list))
+        .route("/vm/install", post(vm::install))
+        .route("/vm/{id}/status", get(vm::status))
+        .route("/vm/{id}/start", post(vm::start))
+        .route("/vm/{id}/stop", post(vm::stop))
+        .route("/vm/{id}/shutdown", post(vm::shutdown))
+        .route("/vm/{id}/reboot", post(vm::reboot))
+        .route("/vm/{id}/destroy", post(vm::destroy))
+        .route("/vm/{id}/set/cpu", post(vm::set_cpu))
+        .route("/vm/{id}/set/memory", post(vm::set_memory))
+        .route("/vm/{id}/set/disk", post(vm::set_disk))
+        .route("/vm/{id}/set/node", post(vm::set_node))
+        .route("/jobs", get(jobs::list))
+        .route("/jobs/{id}", get(jobs::show))
+        .route("/jobs/{id}/events", get(jobs::events))
         .route("/sim/node/{node}/{state}", post(sim::set_node_state))
+        .route(
+            "/sim/faults",
+            get(sim::faults)
+                .post(sim::add_fault)
+                .delete(sim::clear_faults),
+        )
+        .route("/sim/commands", get(sim::commands))
         .fallback(not_found)
         // Every state-changing request passes the allow-list and token check.
         .layer(axum::middleware::from_fn_with_state(

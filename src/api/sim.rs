@@ -1,32 +1,68 @@
 //! Control of the simulated cluster (demo and tests): only there when
 //! `PVE_BACKEND=sim`.
 
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 
 use super::ApiError;
 use crate::server::AppState;
+use crate::sim::SimCluster;
+use crate::sim::faults::Fault;
+
+fn sim(state: &AppState) -> Result<&Arc<SimCluster>, ApiError> {
+    state
+        .sim
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("404 page not found"))
+}
 
 /// `POST /api/sim/node/<node>/offline|online`
 pub async fn set_node_state(
     State(state): State<AppState>,
     Path((node, wanted)): Path<(String, String)>,
 ) -> Result<&'static str, ApiError> {
-    let sim = state
-        .sim
-        .as_ref()
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "404 page not found"))?;
+    let sim = sim(&state)?;
     let online = match wanted.as_str() {
         "online" => true,
         "offline" => false,
         other => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("node state '{other}' is not one of: online, offline"),
-            ));
+            return Err(ApiError::bad(format!(
+                "node state '{other}' is not one of: online, offline"
+            )));
         }
     };
     sim.set_node_online(&node, online)?;
     tracing::info!(node, online, "sim: node state changed");
     Ok("ok")
+}
+
+/// `POST /api/sim/faults` with a fault as JSON (see `sim::faults`).
+pub async fn add_fault(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<&'static str, ApiError> {
+    let sim = sim(&state)?;
+    let fault: Fault =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid fault: {e}")))?;
+    sim.add_fault(fault).map_err(ApiError::bad)?;
+    Ok("ok")
+}
+
+/// `DELETE /api/sim/faults`
+pub async fn clear_faults(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    sim(&state)?.clear_faults();
+    Ok("ok")
+}
+
+/// `GET /api/sim/faults`
+pub async fn faults(State(state): State<AppState>) -> Result<Json<Vec<Fault>>, ApiError> {
+    Ok(Json(sim(&state)?.faults()))
+}
+
+/// `GET /api/sim/commands`: every command the simulated cluster has run.
+pub async fn commands(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
+    Ok(Json(sim(&state)?.commands()))
 }

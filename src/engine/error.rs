@@ -1,9 +1,28 @@
 use crate::pve::PveError;
+use crate::store::StoreError;
 
-/// What can go wrong in the engine. The HTTP edge (`api::error`) maps each
-/// kind to a status once.
+/// What can go wrong in the engine. The HTTP edge (`api::error`) and the
+/// server functions map each kind to a status once.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The request itself is wrong (a field, a precondition): 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such VM, job or node: 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The cluster is in a state that forbids it right now (a lock, an id
+    /// taken): 409.
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Pve(#[from] PveError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl EngineError {
+    pub fn bad(msg: impl Into<String>) -> EngineError {
+        EngineError::BadRequest(msg.into())
+    }
 }

@@ -1,26 +1,120 @@
 //! The `Pve` port: what pvedeck needs from a Proxmox VE cluster, in Proxmox's
 //! own terms and data shapes. The `sim` backend implements it in-process; the
-//! `cli` backend (later) runs `qm`/`pvesh`/`pvesm` and parses their output into
+//! `cli` backend runs `qm`/`pvesh`/`pvesm`/`ssh` and parses their output into
 //! the same types.
+//!
+//! Every `qm` operation names the node it runs on: `qm` only acts on VMs
+//! whose configuration lives on that node (SPEC §8).
 
 pub mod json;
 pub mod types;
 
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
 use async_trait::async_trait;
 
+use crate::config::Secret;
 pub use types::{CpuInfo, NodeResource, NodeStatus, StorageStatus, VmResource};
 
-#[derive(Debug, thiserror::Error)]
+/// `qm create`/`qm set` options in the order they are given: `(key, value)`
+/// for `--key value`.
+pub type QmOptions = Vec<(String, String)>;
+
+/// Receives the lines a long command prints while it runs.
+pub type LineSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum PveError {
     /// The command (or its simulated twin) ran and failed; `message` is what
     /// it printed, as Proxmox words it.
-    #[error("{command}: {message}")]
-    Command { command: String, message: String },
+    #[error("{message}")]
+    Command {
+        command: String,
+        message: String,
+        exit: Option<i32>,
+    },
     /// Output that does not have the expected shape.
     #[error("{command}: cannot parse output: {detail}")]
     Parse { command: String, detail: String },
     #[error("no such node '{0}'")]
     NoSuchNode(String),
+    #[error("{command}: no answer within {secs}s")]
+    Timeout { command: String, secs: u64 },
+}
+
+impl PveError {
+    pub fn command(command: impl Into<String>, message: impl Into<String>, exit: i32) -> PveError {
+        PveError::Command {
+            command: command.into(),
+            message: message.into(),
+            exit: Some(exit),
+        }
+    }
+
+    /// The error text of Proxmox's own message, for classifying failures.
+    pub fn message(&self) -> String {
+        match self {
+            PveError::Command { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// `qm` refused because the VM's config is not on that node (or anywhere).
+    pub fn is_missing_config(&self) -> bool {
+        self.message().contains("does not exist") && self.message().contains("qemu-server/")
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.message().contains("is locked (")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerAction {
+    Start,
+    /// Hard stop. `skiplock` is used when cleaning up a half-made VM.
+    Stop {
+        skiplock: bool,
+    },
+    Shutdown,
+    Reboot,
+}
+
+impl PowerAction {
+    pub fn verb(self) -> &'static str {
+        match self {
+            PowerAction::Start => "start",
+            PowerAction::Stop { .. } => "stop",
+            PowerAction::Shutdown => "shutdown",
+            PowerAction::Reboot => "reboot",
+        }
+    }
+}
+
+/// Where and as whom to reach a VM over SSH.
+#[derive(Debug, Clone)]
+pub struct GuestTarget {
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub user: String,
+    /// The private key pvedeck logs in with.
+    pub key: PathBuf,
+}
+
+/// What pvedeck runs inside a VM.
+#[derive(Debug, Clone)]
+pub enum GuestCommand {
+    /// `echo ready`: the readiness probe.
+    Ready,
+    /// Fetch `/sh/<script>` from pvedeck and run it with sudo; the root
+    /// password travels on stdin, never in an argument list.
+    InitScript {
+        url: String,
+        script: String,
+        root_password: Option<Secret>,
+    },
 }
 
 #[async_trait]
@@ -33,4 +127,47 @@ pub trait Pve: Send + Sync {
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError>;
     /// `pvesm status` on the given node.
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError>;
+
+    /// `qm create <vmid> --k v …`
+    async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError>;
+    /// `qm importdisk <vmid> <image> <storage>`; returns the imported volume
+    /// id (`local-zfs:vm-101-disk-0`), taken from the command's output.
+    async fn import_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        image: &Path,
+        storage: &str,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError>;
+    /// `qm set <vmid> --k v …`
+    async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError>;
+    /// `qm resize <vmid> <disk> <size>` (`size` as Proxmox takes it: `32G`, `+10G`).
+    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError>;
+    /// `qm config <vmid>`
+    async fn config(&self, node: &str, vmid: u32) -> Result<BTreeMap<String, String>, PveError>;
+    /// `qm status <vmid>` → `running`, `stopped`…
+    async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError>;
+    /// `qm start|stop|shutdown|reboot <vmid>`
+    async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError>;
+    /// `qm destroy <vmid> --purge [--skiplock]`
+    async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError>;
+    /// `qm migrate <vmid> <target> --with-local-disks`, its log relayed line by line.
+    async fn migrate(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError>;
+
+    /// Whether something answers on `ip:port` (2 s connect timeout).
+    async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool;
+    /// Runs a command in a VM over SSH; its output relayed line by line.
+    async fn guest_exec(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError>;
 }

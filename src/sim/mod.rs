@@ -1,76 +1,339 @@
-//! The simulated cluster: a small Proxmox VE cluster kept in memory, served
-//! through the same `Pve` port as a real one. It is the embedded default (a
-//! new user sees the product work without Proxmox) and what the tests drive.
+//! The simulated cluster: a small Proxmox VE cluster kept in memory (and in
+//! `DATA_DIR/sim/cluster.json`), served through the same `Pve` port as a real
+//! one. It is the embedded default (a new user sees the product work without
+//! Proxmox) and what the tests drive. Operations take simulated time, scaled
+//! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
+pub mod clock;
+pub mod faults;
+mod guest;
+mod params;
+mod qm;
 mod seed;
 mod state;
 
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use crate::pve::{NodeResource, NodeStatus, Pve, PveError, StorageStatus, VmResource};
-pub use state::ClusterState;
+use crate::config::Config;
+use crate::pve::{
+    GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
+    QmOptions, StorageStatus, VmResource,
+};
+use crate::scripts::ScriptSet;
+use clock::Clock;
+use faults::{Fault, Faults, Strike};
+pub use state::{ClusterState, drive_size};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot read the simulated cluster from {path}: {detail}")]
+    Load { path: PathBuf, detail: String },
+}
 
 pub struct SimCluster {
     state: Mutex<ClusterState>,
+    faults: Mutex<Faults>,
+    clock: Clock,
+    /// How much guest memory use wanders around its plateau (0 = still).
+    jitter: f64,
+    /// Where the state is saved after every change (none: memory only).
+    file: Option<PathBuf>,
+    /// Every command run, in order (what a test may check was not run).
+    log: Mutex<Vec<String>>,
+    /// The init scripts the guests "fetch" from pvedeck's `/sh/`.
+    scripts: ScriptSet,
+    gateway: Ipv4Addr,
 }
 
-impl Default for SimCluster {
-    fn default() -> Self {
-        SimCluster::new()
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while the lock was held leaves plain data behind, still
+    // consistent field by field: keep serving it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SimCluster {
-    /// The three-node demo cluster of `seed.rs`.
-    pub fn new() -> SimCluster {
-        SimCluster::with_state(seed::demo_cluster())
+    /// The cluster of `DATA_DIR/sim/cluster.json`, or the demo cluster when
+    /// there is none yet.
+    pub fn open(config: &Config) -> Result<SimCluster, SimError> {
+        let file = config.data_dir.join("sim").join("cluster.json");
+        let state = match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let mut state: ClusterState =
+                    serde_json::from_str(&text).map_err(|e| SimError::Load {
+                        path: file.clone(),
+                        detail: e.to_string(),
+                    })?;
+                state.recover_after_restart();
+                state
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                seed::demo_cluster(config.gateway, &config.nodes)
+            }
+            Err(e) => {
+                return Err(SimError::Load {
+                    path: file,
+                    detail: e.to_string(),
+                });
+            }
+        };
+        let sim = SimCluster {
+            state: Mutex::new(state),
+            faults: Mutex::new(Faults::default()),
+            clock: Clock::new(config.sim_speed),
+            jitter: config.sim_jitter,
+            file: Some(file),
+            log: Mutex::new(Vec::new()),
+            scripts: config.init_scripts,
+            gateway: config.gateway,
+        };
+        sim.save(&lock(&sim.state));
+        Ok(sim)
     }
 
-    pub fn with_state(state: ClusterState) -> SimCluster {
+    /// The demo cluster in memory only (unit tests).
+    pub fn in_memory(gateway: Ipv4Addr, speed: f64) -> SimCluster {
         SimCluster {
-            state: Mutex::new(state),
+            state: Mutex::new(seed::demo_cluster(gateway, &Default::default())),
+            faults: Mutex::new(Faults::default()),
+            clock: Clock::new(speed),
+            jitter: 0.0,
+            file: None,
+            log: Mutex::new(Vec::new()),
+            scripts: ScriptSet::Real,
+            gateway,
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, ClusterState> {
-        // A panic while the lock was held leaves plain data behind, still
-        // consistent field by field: keep serving it.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn save(&self, state: &ClusterState) {
+        let Some(file) = &self.file else { return };
+        if let Err(e) = write_atomically(file, state) {
+            tracing::warn!("sim: cannot save the cluster to {}: {e}", file.display());
+        }
+    }
+
+    /// Runs `f` on the state and saves what it changed.
+    fn change<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
+        let mut state = lock(&self.state);
+        let out = f(&mut state);
+        self.save(&state);
+        out
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> R {
+        f(&lock(&self.state))
     }
 
     /// Fault injection: a node that goes offline (corosync loses it) or comes back.
     pub fn set_node_online(&self, node: &str, online: bool) -> Result<(), PveError> {
-        self.state().set_node_online(node, online)
+        self.change(|s| s.set_node_online(node, online))
     }
 
     pub fn node_names(&self) -> Vec<String> {
-        self.state().nodes.keys().cloned().collect()
+        self.read(|s| s.nodes.keys().cloned().collect())
     }
+
+    pub fn add_fault(&self, fault: Fault) -> Result<(), String> {
+        lock(&self.faults).add(fault)
+    }
+
+    pub fn clear_faults(&self) {
+        lock(&self.faults).clear();
+    }
+
+    pub fn faults(&self) -> Vec<Fault> {
+        lock(&self.faults).list()
+    }
+
+    pub fn commands(&self) -> Vec<String> {
+        lock(&self.log).clone()
+    }
+
+    fn record(&self, command: &str) {
+        tracing::debug!("sim: {command}");
+        lock(&self.log).push(command.to_string());
+    }
+
+    /// Records a command about to run and applies an injected fault to it.
+    async fn strike(&self, op: &str, vmid: Option<u32>, command: &str) -> Result<(), PveError> {
+        self.record(command);
+        self.fault(op, vmid, command).await
+    }
+
+    /// Applies an injected fault to an operation (already recorded).
+    async fn fault(&self, op: &str, vmid: Option<u32>, command: &str) -> Result<(), PveError> {
+        let strike = lock(&self.faults).check(op, vmid);
+        match strike {
+            Strike::None => Ok(()),
+            Strike::Fail(message) => {
+                let message = message.unwrap_or_else(|| default_failure(op, vmid));
+                tracing::info!(op, command, "sim: injected failure");
+                Err(PveError::command(command, message, 255))
+            }
+            Strike::Hang => {
+                tracing::info!(op, command, "sim: injected hang");
+                std::future::pending().await
+            }
+            Strike::Delay(ms) => {
+                self.clock.sleep(ms).await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What Proxmox would typically print when this operation fails.
+fn default_failure(op: &str, vmid: Option<u32>) -> String {
+    let id = vmid.map_or_else(String::new, |v| v.to_string());
+    match op {
+        "create" => format!("unable to create VM {id} - rbd error: got lock timeout"),
+        "importdisk" => {
+            "qemu-img: error while writing at byte 1073741824: No space left on device".to_string()
+        }
+        "set" => format!("VM {id} qmp command 'change' failed - unable to connect"),
+        "start" => "start failed: QEMU exited with code 1".to_string(),
+        "reboot" => format!("VM {id} qmp command 'system_reset' failed - got timeout"),
+        "migrate" => "migration aborted (duration 00:00:03): storage migration failed".to_string(),
+        "ssh-init" => "E: Unable to locate package qemu-guest-agent".to_string(),
+        other => format!("simulated failure of {other}"),
+    }
+}
+
+fn write_atomically(file: &Path, state: &ClusterState) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
+    let tmp = file.with_extension("json.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Simulated durations at real speed, milliseconds.
+mod timing {
+    pub const READ: u64 = 200;
+    pub const CREATE: u64 = 1_500;
+    pub const SET: u64 = 400;
+    pub const RESIZE: u64 = 500;
+    pub const START: u64 = 1_000;
+    pub const STOP: u64 = 800;
+    pub const SHUTDOWN: u64 = 4_000;
+    pub const REBOOT: u64 = 500;
+    pub const DESTROY: u64 = 1_200;
+    /// From start to SSH answering, first boot (cloud-init runs) and later.
+    pub const FIRST_BOOT: u64 = 25_000;
+    pub const BOOT: u64 = 12_000;
+    /// A connection attempt to an address where nothing answers.
+    pub const CONNECT_TIMEOUT: u64 = 2_000;
+    pub const CONNECT_REFUSED: u64 = 300;
+    /// Disk throughput of `qemu-img convert` and of migration, bytes per ms.
+    pub const IMPORT_BYTES_PER_MS: u64 = 200 * 1024;
+    pub const MIGRATE_BYTES_PER_MS: u64 = 110 * 1024;
+    /// The whole init script.
+    pub const INIT_SCRIPT: u64 = 30_000;
 }
 
 #[async_trait]
 impl Pve for SimCluster {
     async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
-        tracing::debug!("sim: pvesh get /cluster/resources --type vm");
-        Ok(self.state().vm_resources())
+        let command = "pvesh get /cluster/resources --type vm";
+        self.strike("cluster", None, command).await?;
+        self.clock.sleep(timing::READ).await;
+        Ok(self.read(|s| s.vm_resources(&self.clock, self.jitter)))
     }
 
     async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
-        tracing::debug!("sim: pvesh get /cluster/resources --type node");
-        Ok(self.state().node_resources())
+        let command = "pvesh get /cluster/resources --type node";
+        self.strike("cluster", None, command).await?;
+        self.clock.sleep(timing::READ).await;
+        Ok(self.read(|s| s.node_resources(&self.clock, self.jitter)))
     }
 
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
-        tracing::debug!(node, "sim: pvesh get /nodes/{node}/status");
-        self.state().node_status(node)
+        let command = format!("pvesh get /nodes/{node}/status");
+        self.strike("nodestatus", None, &command).await?;
+        self.clock.sleep(timing::READ).await;
+        self.read(|s| {
+            s.online_node(node, &command)?;
+            Ok(s.node_status(node, &self.clock, self.jitter))
+        })
     }
 
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
-        tracing::debug!(node, "sim: pvesm status");
-        self.state().storage_status(node)
+        self.strike("storage", None, "pvesm status").await?;
+        self.clock.sleep(timing::READ).await;
+        self.read(|s| {
+            s.online_node(node, "pvesm status")?;
+            Ok(s.storage_status(node))
+        })
+    }
+
+    async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        self.qm_create(node, vmid, options).await
+    }
+
+    async fn import_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        image: &Path,
+        storage: &str,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError> {
+        self.qm_importdisk(node, vmid, image, storage, out).await
+    }
+
+    async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        self.qm_set(node, vmid, options).await.map(drop)
+    }
+
+    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError> {
+        self.qm_resize(node, vmid, disk, size).await
+    }
+
+    async fn config(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<std::collections::BTreeMap<String, String>, PveError> {
+        self.qm_config(node, vmid).await
+    }
+
+    async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        self.qm_status(node, vmid).await
+    }
+
+    async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
+        self.qm_power(node, vmid, action).await
+    }
+
+    async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
+        self.qm_destroy(node, vmid, skiplock).await.map(drop)
+    }
+
+    async fn migrate(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        self.qm_migrate(node, vmid, target, out).await
+    }
+
+    async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
+        self.guest_probe(ip, port).await
+    }
+
+    async fn guest_exec(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        self.guest_run(target, command, out).await
     }
 }

@@ -6,8 +6,10 @@
 //! out by hand; `tests/api_list.rs` asserts them.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 
-use super::state::{ClusterState, GIB, GuestKind, MIB, SimNode, SimStorage, SimVm};
+use super::clock::now_ms;
+use super::state::{ClusterState, GIB, Guest, GuestKind, MIB, SimNode, SimStorage, SimVm};
 use crate::pve::CpuInfo;
 
 const BASE_FLAGS: &str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat \
@@ -17,6 +19,7 @@ const BASE_FLAGS: &str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge m
 /// What Haswell and later add; the kernel names LZCNT `abm`.
 const V3_FLAGS: &str = "fma movbe f16c rdrand abm bmi1 avx2 bmi2 xsaveopt";
 const V4_FLAGS: &str = "avx512f avx512dq avx512cd avx512bw avx512vl";
+const DAY_MS: i64 = 86_400_000;
 
 fn node(
     name: &str,
@@ -29,6 +32,7 @@ fn node(
 ) -> SimNode {
     SimNode {
         name: name.to_string(),
+        ip: None,
         online: true,
         cpuinfo: CpuInfo {
             cpus,
@@ -45,11 +49,12 @@ fn node(
         rootfs_total: disk_gib * GIB,
         rootfs_used: disk_used_gib * GIB,
         cpu_load,
-        uptime: 1_209_600,
+        booted: now_ms() - 14 * DAY_MS,
     }
 }
 
-fn vm(
+fn make_vm(
+    net: [u8; 3],
     vmid: u32,
     node: &str,
     name: &str,
@@ -57,20 +62,37 @@ fn vm(
     (cores, memory_mb, disk_gb): (u32, u64, u64),
     running: Option<u64>,
 ) -> SimVm {
-    let disk = format!("local-zfs:vm-{vmid}-disk-0,size={disk_gb}G");
+    let disk = format!("local-zfs:vm-{vmid}-disk-0");
+    let cloudinit = format!("local-zfs:vm-{vmid}-cloudinit");
     let config: BTreeMap<String, String> = [
         ("name", name.to_string()),
         ("cores", cores.to_string()),
         ("memory", memory_mb.to_string()),
         ("cpu", "x86-64-v2-AES".to_string()),
         ("scsihw", "virtio-scsi-pci".to_string()),
-        ("scsi0", disk),
-        ("ide2", format!("local-zfs:vm-{vmid}-cloudinit,media=cdrom")),
+        ("scsi0", format!("{disk},size={disk_gb}G")),
+        ("ide2", format!("{cloudinit},media=cdrom")),
         ("boot", "order=scsi0".to_string()),
-        ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0".to_string()),
+        (
+            "net0",
+            format!(
+                "virtio=BC:24:11:00:{:02X}:{:02X},bridge=vmbr0",
+                vmid / 256,
+                vmid % 256
+            ),
+        ),
         ("ostype", "l26".to_string()),
         ("agent", "1".to_string()),
         ("serial0", "socket".to_string()),
+        (
+            "ipconfig0",
+            format!(
+                "ip={a}.{b}.{c}.{vmid}/24,gw={a}.{b}.{c}.1",
+                a = net[0],
+                b = net[1],
+                c = net[2]
+            ),
+        ),
         ("tags", os.to_string()),
     ]
     .into_iter()
@@ -81,14 +103,27 @@ fn vm(
         node: node.to_string(),
         kind: GuestKind::Qemu,
         config,
+        volumes: [(disk, disk_gb * GIB), (cloudinit, 4 * MIB)]
+            .into_iter()
+            .collect(),
         running: running.is_some(),
-        mem_used: running.unwrap_or(0),
+        guest: if running.is_some() {
+            Guest::Up
+        } else {
+            Guest::Off
+        },
+        started: running.map(|_| now_ms() - DAY_MS),
+        mem_plateau: running.unwrap_or(512 * MIB),
         cpu_load: if running.is_some() { 0.04 } else { 0.0 },
-        uptime: if running.is_some() { 86_400 } else { 0 },
+        initialized: true,
     }
 }
 
-pub fn demo_cluster() -> ClusterState {
+pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> ClusterState {
+    let [a, b, c, _] = gateway.octets();
+    let net = [a, b, c];
+    let vm =
+        |vmid, node, name, os, size, running| make_vm(net, vmid, node, name, os, size, running);
     let nodes = [
         node(
             "pve1",
@@ -123,6 +158,8 @@ pub fn demo_cluster() -> ClusterState {
         SimStorage {
             id: "local".to_string(),
             kind: "dir".to_string(),
+            // Images allowed on `local`, as many admins set it up.
+            content: "iso,vztmpl,backup,images".to_string(),
             enabled: true,
             reachable: true,
             total: 100 * GIB,
@@ -131,6 +168,7 @@ pub fn demo_cluster() -> ClusterState {
         SimStorage {
             id: "local-zfs".to_string(),
             kind: "zfspool".to_string(),
+            content: "images,rootdir".to_string(),
             enabled: true,
             reachable: true,
             total: 860 * GIB,
@@ -139,6 +177,7 @@ pub fn demo_cluster() -> ClusterState {
         SimStorage {
             id: "nas".to_string(),
             kind: "nfs".to_string(),
+            content: "images,backup".to_string(),
             enabled: true,
             reachable: false,
             total: 0,
@@ -208,8 +247,16 @@ pub fn demo_cluster() -> ClusterState {
     vms.push(template);
 
     ClusterState {
-        nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
+        nodes: nodes
+            .into_iter()
+            .map(|mut n| {
+                n.ip = ips.get(&n.name).copied();
+                (n.name.clone(), n)
+            })
+            .collect(),
         storages,
         vms: vms.into_iter().map(|v| (v.vmid, v)).collect(),
+        // A host that is not a VM (a printer, a forgotten box) answers on .100.
+        foreign_hosts: vec![100],
     }
 }

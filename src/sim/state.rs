@@ -1,16 +1,23 @@
-//! The simulated cluster's data and the Proxmox views derived from it.
+//! The simulated cluster's data and the Proxmox views derived from it. All of
+//! it is plain data, saved as JSON in `DATA_DIR` after every change.
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
+use super::clock::{Clock, now_ms};
 use crate::pve::types::MemoryInfo;
 use crate::pve::{CpuInfo, NodeResource, NodeStatus, PveError, StorageStatus, VmResource};
 
 pub const GIB: u64 = 1 << 30;
 pub const MIB: u64 = 1 << 20;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SimNode {
     pub name: String,
+    /// Its `NODE_<name>` address, for messages.
+    #[serde(default)]
+    pub ip: Option<std::net::Ipv4Addr>,
     pub online: bool,
     pub cpuinfo: CpuInfo,
     pub mem_total: u64,
@@ -20,13 +27,17 @@ pub struct SimNode {
     pub rootfs_used: u64,
     /// Fraction of the CPUs busy.
     pub cpu_load: f64,
-    pub uptime: u64,
+    /// Unix ms of the node's boot.
+    pub booted: i64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SimStorage {
     pub id: String,
+    /// `dir`, `zfspool`, `lvmthin`, `nfs`…
     pub kind: String,
+    /// Content types, as in storage.cfg (`images,rootdir`…).
+    pub content: String,
     pub enabled: bool,
     /// An enabled storage that cannot be activated (an NFS server down).
     pub reachable: bool,
@@ -35,34 +46,76 @@ pub struct SimStorage {
     pub used_base: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl SimStorage {
+    pub fn holds_images(&self) -> bool {
+        self.content.split(',').any(|c| c == "images")
+    }
+
+    /// File-based storages name volumes `<vmid>/<name>.<fmt>`.
+    pub fn is_file_based(&self) -> bool {
+        matches!(self.kind.as_str(), "dir" | "nfs" | "cifs" | "btrfs")
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.enabled && self.reachable
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GuestKind {
     Qemu,
     Lxc,
 }
 
-#[derive(Debug, Clone)]
+/// Where a guest's operating system is, as far as someone knocking on its
+/// SSH port can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Guest {
+    /// Powered off.
+    Off,
+    /// Booting: SSH answers from `ready_at` (unix ms) on.
+    Booting { ready_at: i64 },
+    /// Up and answering.
+    Up,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SimVm {
     pub vmid: u32,
     pub node: String,
     pub kind: GuestKind,
-    /// `qm config` keys and values.
+    /// `qm config` keys and values (without `digest`).
     pub config: BTreeMap<String, String>,
+    /// Volumes this VM owns: volume id → bytes.
+    #[serde(default)]
+    pub volumes: BTreeMap<String, u64>,
     pub running: bool,
-    /// Guest memory in use, bytes (meaningful while running).
-    pub mem_used: u64,
-    /// Fraction of its vCPUs busy (while running).
+    pub guest: Guest,
+    /// Unix ms of the last start.
+    #[serde(default)]
+    pub started: Option<i64>,
+    /// Guest memory in use once settled, bytes.
+    pub mem_plateau: u64,
+    /// Fraction of its vCPUs busy while running.
     pub cpu_load: f64,
-    pub uptime: u64,
+    /// The init script has run inside (pvedeck's SSH initialization).
+    #[serde(default)]
+    pub initialized: bool,
 }
 
 impl SimVm {
-    fn conf(&self, key: &str) -> Option<&str> {
+    pub fn conf(&self, key: &str) -> Option<&str> {
         self.config.get(key).map(String::as_str)
     }
 
     fn conf_u64(&self, key: &str) -> Option<u64> {
         self.conf(key)?.parse().ok()
+    }
+
+    pub fn lock(&self) -> Option<&str> {
+        self.conf("lock")
     }
 
     pub fn vcpus(&self) -> u32 {
@@ -71,7 +124,7 @@ impl SimVm {
         u32::try_from(cores * sockets).unwrap_or(u32::MAX)
     }
 
-    pub fn memory_bytes(&self) -> u64 {
+    pub fn memory_mib(&self) -> u64 {
         // `memory` is `[current=]<MiB>`; Proxmox's default is 512.
         let raw = self.conf("memory").unwrap_or("512");
         let mib = raw
@@ -79,17 +132,21 @@ impl SimVm {
             .split(',')
             .next()
             .unwrap_or("512");
-        mib.parse::<u64>().unwrap_or(512) * MIB
+        mib.parse::<u64>().unwrap_or(512)
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_mib() * MIB
     }
 
     /// Size of the first disk in the boot order, as `maxdisk` reports it.
     pub fn boot_disk_bytes(&self) -> u64 {
-        let order = self
-            .conf("boot")
-            .and_then(|b| b.strip_prefix("order="))
-            .map(|o| o.split(';').map(str::to_string).collect::<Vec<_>>())
-            .or_else(|| self.conf("bootdisk").map(|d| vec![d.to_string()]))
-            .unwrap_or_else(|| vec!["scsi0".to_string()]);
+        let order: Vec<String> = match self.conf("boot") {
+            Some(b) if b.starts_with("order=") => {
+                b["order=".len()..].split(';').map(str::to_string).collect()
+            }
+            _ => vec![self.conf("bootdisk").unwrap_or("scsi0").to_string()],
+        };
         order
             .iter()
             .filter_map(|dev| self.conf(dev))
@@ -102,7 +159,27 @@ impl SimVm {
         self.conf("template") == Some("1")
     }
 
-    fn resource(&self, node_online: bool) -> VmResource {
+    /// Memory in use now: it climbs for a minute after boot, then moves a
+    /// few per cent around its plateau (`jitter` is that fraction).
+    pub fn mem_used(&self, clock: &Clock, jitter: f64) -> u64 {
+        if !self.running {
+            return 0;
+        }
+        let up_ms = self.started.map_or(u64::MAX, |s| clock.since(s));
+        let ramp = (up_ms as f64 / 60_000.0).clamp(0.15, 1.0);
+        let t = now_ms() as f64 / 1000.0;
+        let wave = 1.0 + jitter * (t / 7.0 + f64::from(self.vmid)).sin();
+        ((self.mem_plateau as f64) * ramp * wave).min(self.memory_bytes() as f64) as u64
+    }
+
+    fn uptime(&self, clock: &Clock) -> u64 {
+        match (self.running, self.started) {
+            (true, Some(s)) => clock.since(s) / 1000,
+            _ => 0,
+        }
+    }
+
+    fn resource(&self, node_online: bool, clock: &Clock, jitter: f64) -> VmResource {
         let kind = match self.kind {
             GuestKind::Qemu => "qemu",
             GuestKind::Lxc => "lxc",
@@ -123,16 +200,16 @@ impl SimVm {
             maxmem: self.memory_bytes(),
             maxdisk: self.boot_disk_bytes(),
             tags: self.conf("tags").map(str::to_string),
-            lock: self.conf("lock").map(str::to_string),
+            lock: self.lock().map(str::to_string),
             ..VmResource::default()
         };
         if !node_online {
             // No fresh stats from an unreachable node: Proxmox reports `unknown`.
             vm.status = "unknown".to_string();
         } else if self.running {
-            vm.mem = self.mem_used;
+            vm.mem = self.mem_used(clock, jitter);
             vm.cpu = self.cpu_load;
-            vm.uptime = self.uptime;
+            vm.uptime = self.uptime(clock);
         }
         vm
     }
@@ -144,6 +221,11 @@ pub fn drive_size(drive: &str) -> Option<u64> {
         .split(',')
         .find_map(|part| part.strip_prefix("size="))
         .and_then(parse_size)
+}
+
+/// The volume id of a drive property string (its first part).
+pub fn drive_volume(drive: &str) -> &str {
+    drive.split(',').next().unwrap_or(drive)
 }
 
 /// Proxmox sizes: a number with an optional `K`, `M`, `G` or `T` suffix (bytes without one).
@@ -164,29 +246,72 @@ pub fn parse_size(raw: &str) -> Option<u64> {
     (value >= 0.0).then_some((value * factor as f64) as u64)
 }
 
-#[derive(Debug, Clone, Default)]
+/// Sizes as Proxmox writes them into a config: the largest unit that
+/// divides the size exactly.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, factor) in [
+        ("T", 1u64 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ] {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
+            return format!("{}{unit}", bytes / factor);
+        }
+    }
+    bytes.to_string()
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ClusterState {
     pub nodes: BTreeMap<String, SimNode>,
     pub storages: Vec<SimStorage>,
     pub vms: BTreeMap<u32, SimVm>,
+    /// Last octets of addresses where a host that is not a VM answers on
+    /// port 22 (VMID allocation must skip them).
+    #[serde(default)]
+    pub foreign_hosts: Vec<u8>,
 }
 
 impl ClusterState {
-    fn node(&self, name: &str) -> Result<&SimNode, PveError> {
+    pub fn node(&self, name: &str) -> Result<&SimNode, PveError> {
         self.nodes
             .get(name)
             .ok_or_else(|| PveError::NoSuchNode(name.to_string()))
     }
 
-    fn online_node(&self, name: &str, command: &str) -> Result<&SimNode, PveError> {
+    /// The node a command runs on (locally or through ssh) must be up.
+    pub fn online_node(&self, name: &str, command: &str) -> Result<&SimNode, PveError> {
         let node = self.node(name)?;
         if !node.online {
-            return Err(PveError::Command {
-                command: command.to_string(),
-                message: format!("500 node '{name}' is offline (no quorum?)"),
-            });
+            let host = node
+                .ip
+                .map_or_else(|| name.to_string(), |ip| ip.to_string());
+            return Err(PveError::command(
+                command,
+                format!("ssh: connect to host {host} port 22: No route to host"),
+                255,
+            ));
         }
         Ok(node)
+    }
+
+    /// After pvedeck restarts, no simulated command is running any more:
+    /// the locks they held are released.
+    pub fn recover_after_restart(&mut self) {
+        for vm in self.vms.values_mut() {
+            if let Some(lock) = vm.config.remove("lock") {
+                tracing::warn!(
+                    vmid = vm.vmid,
+                    lock,
+                    "sim: released a lock left by a restart"
+                );
+            }
+        }
+    }
+
+    pub fn storage(&self, id: &str) -> Option<&SimStorage> {
+        self.storages.iter().find(|s| s.id == id)
     }
 
     pub fn set_node_online(&mut self, name: &str, online: bool) -> Result<(), PveError> {
@@ -198,36 +323,32 @@ impl ClusterState {
         Ok(())
     }
 
-    fn node_online(&self, name: &str) -> bool {
+    pub fn node_online(&self, name: &str) -> bool {
         self.nodes.get(name).is_some_and(|n| n.online)
     }
 
     /// Ordered as Proxmox orders them: by VMID compared as a string.
-    pub fn vm_resources(&self) -> Vec<VmResource> {
+    pub fn vm_resources(&self, clock: &Clock, jitter: f64) -> Vec<VmResource> {
         let mut vms: Vec<VmResource> = self
             .vms
             .values()
-            .map(|vm| vm.resource(self.node_online(&vm.node)))
+            .map(|vm| vm.resource(self.node_online(&vm.node), clock, jitter))
             .collect();
         vms.sort_by_key(|vm| vm.vmid.to_string());
         vms
     }
 
-    fn running_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a SimVm> + 'a {
-        self.vms
+    fn node_mem_used(&self, node: &SimNode, clock: &Clock, jitter: f64) -> u64 {
+        let guests: u64 = self
+            .vms
             .values()
-            .filter(move |vm| vm.node == node && vm.running)
+            .filter(|vm| vm.node == node.name)
+            .map(|vm| vm.mem_used(clock, jitter))
+            .sum();
+        node.mem_host + guests
     }
 
-    fn node_mem_used(&self, node: &SimNode) -> u64 {
-        node.mem_host
-            + self
-                .running_on(&node.name)
-                .map(|vm| vm.mem_used)
-                .sum::<u64>()
-    }
-
-    pub fn node_resources(&self) -> Vec<NodeResource> {
+    pub fn node_resources(&self, clock: &Clock, jitter: f64) -> Vec<NodeResource> {
         self.nodes
             .values()
             .map(|node| {
@@ -244,36 +365,37 @@ impl ClusterState {
                 };
                 if node.online {
                     res.cpu = Some(node.cpu_load);
-                    res.mem = Some(self.node_mem_used(node));
+                    res.mem = Some(self.node_mem_used(node, clock, jitter));
                     res.disk = Some(node.rootfs_used);
-                    res.uptime = Some(node.uptime);
+                    res.uptime = Some(clock.since(node.booted) / 1000);
                 }
                 res
             })
             .collect()
     }
 
-    pub fn node_status(&self, name: &str) -> Result<NodeStatus, PveError> {
-        let node = self.online_node(name, &format!("pvesh get /nodes/{name}/status"))?;
-        let used = self.node_mem_used(node);
-        Ok(NodeStatus {
+    pub fn node_status(&self, name: &str, clock: &Clock, jitter: f64) -> NodeStatus {
+        let Some(node) = self.nodes.get(name) else {
+            return NodeStatus::default();
+        };
+        let used = self.node_mem_used(node, clock, jitter);
+        NodeStatus {
             cpuinfo: node.cpuinfo.clone(),
             memory: MemoryInfo {
                 total: node.mem_total,
                 used,
                 free: node.mem_total.saturating_sub(used),
             },
-            uptime: node.uptime,
+            uptime: clock.since(node.booted) / 1000,
             cpu: node.cpu_load,
             pveversion: "pve-manager/9.1.2/9d436f37a0ac4172".to_string(),
             kversion: "Linux 6.17.4-1-pve #1 SMP PREEMPT_DYNAMIC PMX 6.17.4-1 \
                        (2025-12-03T15:42Z)"
                 .to_string(),
-        })
+        }
     }
 
-    pub fn storage_status(&self, name: &str) -> Result<Vec<StorageStatus>, PveError> {
-        self.online_node(name, "pvesm status")?;
+    pub fn storage_status(&self, node: &str) -> Vec<StorageStatus> {
         let mut rows: Vec<StorageStatus> = self
             .storages
             .iter()
@@ -282,7 +404,7 @@ impl ClusterState {
                     (false, _) => ("disabled", 0, 0),
                     (true, false) => ("inactive", 0, 0),
                     (true, true) => {
-                        let used = s.used_base + self.allocated_on_storage(name, &s.id) / 3;
+                        let used = s.used_base + self.allocated_on_storage(node, &s.id) / 3;
                         ("active", s.total, used.min(s.total))
                     }
                 };
@@ -297,19 +419,19 @@ impl ClusterState {
             })
             .collect();
         rows.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(rows)
+        rows
     }
 
-    /// Bytes of VM disks on `storage` of `node`; thin-provisioned pools hold
+    /// Bytes of VM volumes on `storage` of `node`; thin-provisioned pools hold
     /// about a third of that in data, which is what `used` shows.
     fn allocated_on_storage(&self, node: &str, storage: &str) -> u64 {
         let prefix = format!("{storage}:");
         self.vms
             .values()
             .filter(|vm| vm.node == node)
-            .flat_map(|vm| vm.config.values())
-            .filter(|drive| drive.starts_with(&prefix) && !drive.contains("media=cdrom"))
-            .filter_map(|drive| drive_size(drive))
+            .flat_map(|vm| vm.volumes.iter())
+            .filter(|(volid, _)| volid.starts_with(&prefix))
+            .map(|(_, size)| *size)
             .sum()
     }
 }
@@ -319,7 +441,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_like_proxmox() {
+    fn sizes_parse_and_format_like_proxmox() {
         assert_eq!(parse_size("40G"), Some(40 * GIB));
         assert_eq!(parse_size("512M"), Some(512 * MIB));
         assert_eq!(parse_size("1.5T"), Some(3 * (1 << 39)));
@@ -329,6 +451,9 @@ mod tests {
             drive_size("local-zfs:vm-101-disk-0,iothread=1,size=32G"),
             Some(32 * GIB)
         );
+        assert_eq!(format_size(32 * GIB), "32G");
+        assert_eq!(format_size(2252 * MIB), "2252M");
+        assert_eq!(format_size(1000), "1000");
     }
 
     #[test]
@@ -349,10 +474,13 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+            volumes: BTreeMap::new(),
             running: false,
-            mem_used: 0,
+            guest: Guest::Off,
+            started: None,
+            mem_plateau: 0,
             cpu_load: 0.0,
-            uptime: 0,
+            initialized: false,
         };
         assert_eq!(vm.boot_disk_bytes(), 8 * GIB);
         assert_eq!(vm.memory_bytes(), 2048 * MIB);

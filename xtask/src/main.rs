@@ -55,12 +55,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// The server and the app it embeds, always built together and with the
+/// same options, so that the tests, the browser tests and `serve` share one
+/// build (a different package set would unify dependency features
+/// differently and build everything again). The xtask is checked on its own
+/// for the same reason: its dependencies must not change the server's.
+const SERVER: [&str; 4] = ["--package", "pvedeck", "--package", "app"];
+
+fn build_server(root: &Path) -> Result<(), Failed> {
+    run::step("build the server (release)", || {
+        let mut args = vec!["build", "--release"];
+        args.extend(SERVER);
+        cargo(root, &args)
+    })
+}
+
 fn serve(root: &Path) -> Result<(), Failed> {
     setup::build_tools(root)?;
     site::build(root)?;
-    run::step("build the server (release)", || {
-        cargo(root, &["build", "--release", "--package", "pvedeck"])
-    })?;
+    build_server(root)?;
     println!("\nxtask: starting the server; stop it with Ctrl-C");
     // The server prints its URL ("pvedeck listening on http://…") once it listens.
     run::exec(root, &root.join("target/release/pvedeck"))
@@ -73,23 +86,18 @@ fn test(root: &Path) -> Result<(), Failed> {
     run::step("format check", || {
         cargo(root, &["fmt", "--all", "--", "--check"])
     })?;
-    // Host packages in one invocation so that they share one dependency build;
-    // `--release` so that build scripts and proc macros are shared with the
-    // release test build below.
-    let host = [
-        "--package",
-        "pvedeck",
-        "--package",
-        "app",
-        "--package",
-        "xtask",
-    ];
-    run::step("clippy (server, app with ssr, xtask)", || {
-        let mut args = vec!["clippy", "--release", "--all-targets"];
-        args.extend(host);
-        args.extend(["--", "-D", "warnings"]);
-        cargo(root, &args)
-    })?;
+    // `--release` everywhere: build scripts and proc macros are then shared
+    // between clippy, the tests and the server the browser tests run.
+    let clippy = |packages: &[&str], what: &str| {
+        run::step(&format!("clippy ({what})"), || {
+            let mut args = vec!["clippy", "--release", "--all-targets"];
+            args.extend(packages);
+            args.extend(["--", "-D", "warnings"]);
+            cargo(root, &args)
+        })
+    };
+    clippy(&SERVER, "server, app with ssr")?;
+    clippy(&["--package", "xtask"], "xtask")?;
     run::step("clippy (browser: frontend, app with hydrate)", || {
         cargo(
             root,
@@ -109,15 +117,20 @@ fn test(root: &Path) -> Result<(), Failed> {
             ],
         )
     })?;
-    run::step("unit and integration tests (release)", || {
-        let mut args = vec!["test", "--release"];
-        args.extend(host);
-        cargo(root, &args)
-    })?;
+    let tests = |packages: &[&str], what: &str| {
+        run::step(
+            &format!("unit and integration tests ({what}, release)"),
+            || {
+                let mut args = vec!["test", "--release"];
+                args.extend(packages);
+                cargo(root, &args)
+            },
+        )
+    };
+    tests(&SERVER, "server, app")?;
+    tests(&["--package", "xtask"], "xtask")?;
     site::build(root)?;
-    run::step("build the server (release)", || {
-        cargo(root, &["build", "--release", "--package", "pvedeck"])
-    })?;
+    build_server(root)?;
     e2e::run(root)?;
     println!(
         "\nxtask: all checks and tests passed in {:.0?}",

@@ -1,0 +1,82 @@
+//! pvedeck's job routes: history, one job, its events (replayable SSE).
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+
+use app::types::{Job, JobEvent};
+
+use super::{ApiError, sse};
+use crate::server::AppState;
+
+fn job_id(raw: &str) -> Result<u64, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::bad(format!("invalid job id '{raw}'")))
+}
+
+/// `GET /api/jobs[?limit=n]`: newest first.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Vec<Job>>, ApiError> {
+    let limit = match query.get("limit") {
+        None => 100,
+        Some(raw) => raw
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| ApiError::bad("limit must be a number from 1 to 10000"))?,
+    };
+    Ok(Json(state.engine.jobs().list(limit)?))
+}
+
+#[derive(Serialize)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    job: Job,
+    events: Vec<JobEvent>,
+}
+
+/// `GET /api/jobs/:id`: the job and all its events.
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobDetail>, ApiError> {
+    let id = job_id(&id)?;
+    let jobs = state.engine.jobs();
+    let job = jobs
+        .job(id)?
+        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+    Ok(Json(JobDetail {
+        job,
+        events: jobs.events(id, 0)?,
+    }))
+}
+
+/// `GET /api/jobs/:id/events`: replay, then follow; `Last-Event-ID` (or
+/// `?after=`) resumes after that event.
+pub async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = job_id(&id)?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| query.get("after").cloned())
+        .map(|raw| {
+            raw.trim()
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad(format!("invalid event id '{raw}'")))
+        })
+        .transpose()?
+        .unwrap_or(0);
+    sse::job_events(state.engine.jobs(), id, after)
+}

@@ -1,0 +1,103 @@
+//! The OS init scripts served at `/sh/<os>_<version>.sh` and run inside each
+//! new VM during SSH initialization. One template per OS family, rendered for
+//! the version asked for: a fix reaches every version at once.
+
+use crate::os::{self, Release};
+
+/// Debian and Ubuntu (apt).
+const APT: &str = include_str!("apt.sh");
+/// Rocky Linux (dnf).
+const DNF: &str = include_str!("rockylinux.sh");
+/// Does nothing to the machine; prints like the real ones. Selected with
+/// `INIT_SCRIPTS=test` for tests that run it over real SSH.
+const HARMLESS: &str = include_str!("harmless.sh");
+
+/// Which set of scripts `/sh/` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptSet {
+    Real,
+    Harmless,
+}
+
+fn render(template: &str, release: &Release) -> String {
+    template
+        .replace("@OS@", release.os)
+        .replace("@VERSION@", release.version)
+        .replace("@CODENAME@", release.codename)
+}
+
+/// The script for `debian_12.sh` and friends; `None` for any other name.
+pub fn script(name: &str, set: ScriptSet) -> Option<String> {
+    let stem = name.strip_suffix(".sh")?;
+    let (os_name, version) = stem.split_once('_')?;
+    let release = os::find(os_name, version)?;
+    let template = match (set, release.os) {
+        (ScriptSet::Harmless, _) => HARMLESS,
+        (_, "rockylinux") => DNF,
+        _ => APT,
+    };
+    Some(render(template, release))
+}
+
+/// The progress lines a script prints: its `echo "…"` lines, in order, as
+/// bash prints them (`\"` and `\\` unescaped).
+pub fn echo_lines(script: &str) -> Vec<String> {
+    script
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("echo \""))
+        .filter_map(|l| l.rsplit_once('"').map(|(text, _)| text))
+        .map(|text| text.replace("\\\"", "\"").replace("\\\\", "\\"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_release_has_a_script_naming_its_version() {
+        for release in os::RELEASES {
+            let name = release.script_name();
+            let body = script(&name, ScriptSet::Real).unwrap();
+            assert!(body.starts_with("#!/usr/bin/env bash"), "{name}");
+            assert!(body.contains("set -euo pipefail"), "{name}");
+            assert!(body.contains(release.version), "{name}");
+            assert!(!body.contains('@'), "{name}: unrendered placeholder");
+            assert!(body.contains("qemu-guest-agent"), "{name}");
+        }
+        assert!(script("debian_10.sh", ScriptSet::Real).is_none());
+        assert!(script("../etc/passwd", ScriptSet::Real).is_none());
+    }
+
+    #[test]
+    fn the_password_never_comes_from_an_argument() {
+        for release in os::RELEASES {
+            let body = script(&release.script_name(), ScriptSet::Real).unwrap();
+            assert!(!body.contains("$1"), "{}", release.script_name());
+            assert!(body.contains("read -r root_password"));
+        }
+    }
+
+    #[test]
+    fn echo_lines_unescape_like_bash() {
+        let lines = echo_lines(&script("debian_12.sh", ScriptSet::Harmless).unwrap());
+        assert!(
+            lines.contains(
+                &r#"[pvedeck] quoting survives: "double" 'single' back\slash and ünïcödé"#
+                    .to_string()
+            ),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn echo_lines_are_the_progress() {
+        let lines = echo_lines(&script("ubuntu_24.04.sh", ScriptSet::Real).unwrap());
+        assert!(lines.len() >= 6, "{lines:?}");
+        assert!(lines.iter().all(|l| l.starts_with("[pvedeck]")));
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("[pvedeck] initialization complete")
+        );
+    }
+}

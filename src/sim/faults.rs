@@ -1,0 +1,144 @@
+//! Fault injection: make a named operation of the simulated cluster fail,
+//! hang or take longer, for one VM or all, a number of times or until cleared.
+
+use serde::{Deserialize, Serialize};
+
+/// The operations a fault can name.
+pub const OPS: [&str; 16] = [
+    "cluster",
+    "storage",
+    "nodestatus",
+    "create",
+    "importdisk",
+    "set",
+    "resize",
+    "config",
+    "start",
+    "stop",
+    "shutdown",
+    "reboot",
+    "destroy",
+    "migrate",
+    "ssh-ready",
+    "ssh-init",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The operation fails with `message` (or Proxmox's usual text for it).
+    Fail,
+    /// The operation never finishes.
+    Hang,
+    /// The operation takes `delay_ms` (simulated) longer.
+    Delay,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    pub op: String,
+    pub action: Action,
+    #[serde(default)]
+    pub vmid: Option<u32>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    /// How many times it strikes; none = until cleared.
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+/// What an operation must do, having asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Strike {
+    None,
+    Fail(Option<String>),
+    Hang,
+    Delay(u64),
+}
+
+#[derive(Debug, Default)]
+pub struct Faults {
+    rules: Vec<Fault>,
+}
+
+impl Faults {
+    pub fn add(&mut self, fault: Fault) -> Result<(), String> {
+        if !OPS.contains(&fault.op.as_str()) {
+            return Err(format!(
+                "op '{}' is not one of: {}",
+                fault.op,
+                OPS.join(", ")
+            ));
+        }
+        if fault.action == Action::Delay && fault.delay_ms.is_none() {
+            return Err("a delay needs delay_ms".to_string());
+        }
+        self.rules.push(fault);
+        Ok(())
+    }
+
+    pub fn clear(&mut self) {
+        self.rules.clear();
+    }
+
+    pub fn list(&self) -> Vec<Fault> {
+        self.rules.clone()
+    }
+
+    /// Consumes one strike of the first rule matching `op` for `vmid`.
+    pub fn check(&mut self, op: &str, vmid: Option<u32>) -> Strike {
+        let Some(i) = self
+            .rules
+            .iter()
+            .position(|f| f.op == op && (f.vmid.is_none() || f.vmid == vmid))
+        else {
+            return Strike::None;
+        };
+        let rule = self.rules[i].clone();
+        if let Some(times) = rule.times {
+            if times <= 1 {
+                self.rules.remove(i);
+            } else {
+                self.rules[i].times = Some(times - 1);
+            }
+        }
+        match rule.action {
+            Action::Fail => Strike::Fail(rule.message),
+            Action::Hang => Strike::Hang,
+            Action::Delay => Strike::Delay(rule.delay_ms.unwrap_or(0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault(op: &str, vmid: Option<u32>, times: Option<u32>) -> Fault {
+        Fault {
+            op: op.into(),
+            action: Action::Fail,
+            vmid,
+            message: None,
+            delay_ms: None,
+            times,
+        }
+    }
+
+    #[test]
+    fn strikes_are_counted_and_scoped_to_a_vm() {
+        let mut f = Faults::default();
+        f.add(fault("start", Some(101), Some(1))).unwrap();
+        assert_eq!(f.check("start", Some(102)), Strike::None);
+        assert_eq!(f.check("start", Some(101)), Strike::Fail(None));
+        assert_eq!(f.check("start", Some(101)), Strike::None);
+    }
+
+    #[test]
+    fn unknown_ops_are_refused() {
+        let mut f = Faults::default();
+        assert!(f.add(fault("explode", None, None)).is_err());
+    }
+}

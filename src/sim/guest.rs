@@ -1,0 +1,152 @@
+//! The simulated cluster's guests as the network sees them: whether something
+//! answers on an address, and what a command run over SSH prints. Nothing
+//! here opens a socket: in `sim` mode no VM address is ever contacted.
+
+use std::net::Ipv4Addr;
+
+use super::clock::now_ms;
+use super::state::Guest;
+use super::{SimCluster, lock, timing};
+use crate::pve::{GuestCommand, GuestTarget, LineSink, PveError};
+use crate::scripts;
+
+/// How a guest at an address looks from outside right now.
+enum Knock {
+    /// Nothing there: connections time out.
+    Nobody,
+    /// A host (VM booting, or firewalled): connections are refused.
+    Refused,
+    /// A VM whose SSH answers.
+    Vm(u32),
+    /// Something that is not a VM answers.
+    Foreign,
+}
+
+impl SimCluster {
+    fn knock(&self, ip: Ipv4Addr) -> Knock {
+        let [a, b, c, last] = ip.octets();
+        let [ga, gb, gc, _] = self.gateway.octets();
+        if [a, b, c] != [ga, gb, gc] {
+            return Knock::Nobody;
+        }
+        let mut state = lock(&self.state);
+        if state.foreign_hosts.contains(&last) {
+            return Knock::Foreign;
+        }
+        let Some(node) = state.vms.get(&u32::from(last)).map(|vm| vm.node.clone()) else {
+            return Knock::Nobody;
+        };
+        let online = state.node_online(&node);
+        let Some(vm) = state.vms.get_mut(&u32::from(last)) else {
+            return Knock::Nobody;
+        };
+        if !vm.running || !online {
+            return Knock::Nobody;
+        }
+        match vm.guest {
+            Guest::Booting { ready_at } if now_ms() < ready_at => Knock::Refused,
+            Guest::Booting { .. } => {
+                vm.guest = Guest::Up;
+                let vmid = vm.vmid;
+                self.save(&state);
+                Knock::Vm(vmid)
+            }
+            Guest::Up => Knock::Vm(vm.vmid),
+            Guest::Off => Knock::Nobody,
+        }
+    }
+
+    pub(super) async fn guest_probe(&self, ip: Ipv4Addr, _port: u16) -> bool {
+        match self.knock(ip) {
+            Knock::Foreign | Knock::Vm(_) => true,
+            Knock::Refused => {
+                self.clock.sleep(timing::CONNECT_REFUSED).await;
+                // A refused connection is an answer too: something is there.
+                true
+            }
+            Knock::Nobody => {
+                self.clock.sleep(timing::CONNECT_TIMEOUT).await;
+                false
+            }
+        }
+    }
+
+    pub(super) async fn guest_run(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let shown = format!("ssh {}@{}", target.user, target.ip);
+        self.record(&shown);
+        let unreachable = |why: &str| {
+            PveError::command(
+                &shown,
+                format!(
+                    "ssh: connect to host {} port {}: {why}",
+                    target.ip, target.port
+                ),
+                255,
+            )
+        };
+        let vmid = match self.knock(target.ip) {
+            Knock::Vm(vmid) => vmid,
+            Knock::Refused => {
+                self.clock.sleep(timing::CONNECT_REFUSED).await;
+                return Err(unreachable("Connection refused"));
+            }
+            Knock::Foreign => {
+                return Err(PveError::command(
+                    &shown,
+                    format!(
+                        "{}@{}: Permission denied (publickey).",
+                        target.user, target.ip
+                    ),
+                    255,
+                ));
+            }
+            Knock::Nobody => {
+                self.clock.sleep(timing::CONNECT_TIMEOUT).await;
+                return Err(unreachable("Connection timed out"));
+            }
+        };
+        match command {
+            GuestCommand::Ready => {
+                // An injected `ssh-ready` fault: the guest never lets us in.
+                if self.fault("ssh-ready", Some(vmid), &shown).await.is_err() {
+                    self.clock.sleep(timing::CONNECT_REFUSED).await;
+                    return Err(unreachable("Connection refused"));
+                }
+                out("ready");
+                Ok(())
+            }
+            GuestCommand::InitScript { script, .. } => {
+                let Some(body) = scripts::script(script, self.scripts) else {
+                    return Err(PveError::command(
+                        &shown,
+                        "curl: (22) The requested URL returned error: 404",
+                        22,
+                    ));
+                };
+                let lines = scripts::echo_lines(&body);
+                let pause = timing::INIT_SCRIPT / lines.len().max(1) as u64;
+                let failure = self.fault("ssh-init", Some(vmid), &shown).await.err();
+                for (i, line) in lines.iter().enumerate() {
+                    self.clock.sleep(pause).await;
+                    if let (Some(err), true) = (&failure, i == 3) {
+                        // Fail part-way, as a package step would.
+                        out(&err.message());
+                        return Err(PveError::command(&shown, err.message(), 100));
+                    }
+                    out(line);
+                }
+                self.change(|s| {
+                    if let Some(vm) = s.vms.get_mut(&vmid) {
+                        vm.initialized = true;
+                    }
+                });
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The job history: jobs and their events in SQLite (`DATA_DIR/pvedeck.db`).
+//!
+//! One connection behind a mutex: writes are a few small rows per second per
+//! job, well within what a WAL-mode SQLite does in microseconds.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("job database {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("job database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("job database: cannot create {path}: {source}")]
+    Dir {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind        TEXT    NOT NULL,
+    vmid        INTEGER,
+    state       TEXT    NOT NULL,
+    title       TEXT    NOT NULL,
+    created     INTEGER NOT NULL,
+    finished    INTEGER,
+    outcome     TEXT,
+    failed_step TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    job_id  INTEGER NOT NULL REFERENCES jobs(id),
+    seq     INTEGER NOT NULL,
+    at      INTEGER NOT NULL,
+    step    TEXT    NOT NULL,
+    status  TEXT    NOT NULL,
+    message TEXT    NOT NULL,
+    vm_id   INTEGER,
+    ip      TEXT,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+";
+
+/// Enums are stored as the words their JSON uses.
+fn word<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn from_word<T: DeserializeOwned>(word: &str) -> Option<T> {
+    serde_json::from_value(serde_json::Value::String(word.to_string())).ok()
+}
+
+fn job_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
+    let kind: String = row.get("kind")?;
+    let state: String = row.get("state")?;
+    let outcome: Option<String> = row.get("outcome")?;
+    Ok(Job {
+        id: row.get("id")?,
+        kind: from_word(&kind).unwrap_or(JobKind::Install),
+        vmid: row.get("vmid")?,
+        state: from_word(&state).unwrap_or(JobState::Failed),
+        title: row.get("title")?,
+        created: row.get("created")?,
+        finished: row.get("finished")?,
+        outcome: outcome.as_deref().and_then(from_word::<VmOutcome>),
+        failed_step: row.get("failed_step")?,
+    })
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let open_err = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+        conn.execute_batch(SCHEMA).map_err(open_err)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create_job(
+        &self,
+        kind: JobKind,
+        vmid: Option<u32>,
+        title: &str,
+        created: i64,
+    ) -> Result<u64, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO jobs (kind, vmid, state, title, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![word(&kind), vmid, word(&JobState::Running), title, created],
+        )?;
+        Ok(conn.last_insert_rowid() as u64)
+    }
+
+    pub fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError> {
+        self.conn()
+            .execute("UPDATE jobs SET vmid = ?2 WHERE id = ?1", params![id, vmid])?;
+        Ok(())
+    }
+
+    pub fn append(&self, id: u64, seq: u64, at: i64, ev: &StepEvent) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO events (job_id, seq, at, step, status, message, vm_id, ip)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                seq,
+                at,
+                ev.step,
+                word(&ev.status),
+                ev.message,
+                ev.vm_id,
+                ev.ip
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn finish(
+        &self,
+        id: u64,
+        state: JobState,
+        finished: i64,
+        outcome: Option<VmOutcome>,
+        failed_step: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE jobs SET state = ?2, finished = ?3, outcome = ?4, failed_step = ?5
+             WHERE id = ?1",
+            params![
+                id,
+                word(&state),
+                finished,
+                outcome.map(|o| word(&o)),
+                failed_step
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn job(&self, id: u64) -> Result<Option<Job>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT * FROM jobs WHERE id = ?1", [id], job_from_row)
+            .optional()?)
+    }
+
+    /// Newest first.
+    pub fn jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT * FROM jobs ORDER BY id DESC LIMIT ?1")?;
+        let rows = stmt.query_map([limit], job_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn running_jobs(&self) -> Result<Vec<Job>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT * FROM jobs WHERE state = ?1 ORDER BY id")?;
+        let rows = stmt.query_map([word(&JobState::Running)], job_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Events after `after` (0 = all), in order.
+    pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, at, step, status, message, vm_id, ip FROM events
+             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![id, after], |row| {
+            let status: String = row.get(3)?;
+            Ok(JobEvent {
+                seq: row.get(0)?,
+                at: row.get(1)?,
+                event: StepEvent {
+                    step: row.get(2)?,
+                    status: from_word(&status).unwrap_or(app::types::StepStatus::Error),
+                    message: row.get(4)?,
+                    vm_id: row.get(5)?,
+                    ip: row.get(6)?,
+                },
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn last_seq(&self, id: u64) -> Result<u64, StoreError> {
+        Ok(self.conn().query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1",
+            [id],
+            |row| row.get(0),
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::types::StepStatus;
+
+    fn temp_db(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("pvedeck-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("jobs.db")
+    }
+
+    #[test]
+    fn jobs_and_events_survive_reopening() {
+        let path = temp_db("reopen");
+        let id = {
+            let store = Store::open(&path).unwrap();
+            let id = store
+                .create_job(JobKind::Install, None, "install debian 12", 1)
+                .unwrap();
+            let ev = StepEvent {
+                step: "preparation > checking VMID".into(),
+                status: StepStatus::Success,
+                message: "[+] \"quoted\" ünïcode \\ back".into(),
+                vm_id: Some(101),
+                ip: Some("192.168.0.101".into()),
+            };
+            store.append(id, 1, 2, &ev).unwrap();
+            store.set_vmid(id, 101).unwrap();
+            store
+                .finish(
+                    id,
+                    JobState::Failed,
+                    3,
+                    Some(VmOutcome::Kept),
+                    Some("x > y"),
+                )
+                .unwrap();
+            id
+        };
+        let store = Store::open(&path).unwrap();
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.state, JobState::Failed);
+        assert_eq!(job.vmid, Some(101));
+        assert_eq!(job.outcome, Some(VmOutcome::Kept));
+        let events = store.events(id, 0).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event.message, "[+] \"quoted\" ünïcode \\ back");
+        assert!(store.events(id, 1).unwrap().is_empty());
+        assert_eq!(store.last_seq(id).unwrap(), 1);
+        assert!(store.running_jobs().unwrap().is_empty());
+    }
+}
