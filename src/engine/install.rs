@@ -43,6 +43,21 @@ struct Failure {
     cleanup: Cleanup,
 }
 
+/// A failed Proxmox call as the step's error: `[-] <what>: <Proxmox's message>`.
+fn call_failed(
+    step: &Step<'_>,
+    what: &str,
+    cleanup: Cleanup,
+) -> impl FnOnce(crate::pve::PveError) -> Failure {
+    move |e| {
+        failed(
+            step,
+            format!("[-] {what}: {}", one_line(&e.to_string())),
+            cleanup,
+        )
+    }
+}
+
 fn failed(step: &Step<'_>, message: String, cleanup: Cleanup) -> Failure {
     Failure {
         step: step.name.clone(),
@@ -73,13 +88,7 @@ impl Engine {
         let request = InstallRequest::parse(body, &self.config)?;
 
         if let Some(node) = &request.node {
-            let nodes = self
-                .call(
-                    Length::Short,
-                    "pvesh get /cluster/resources",
-                    self.pve.cluster_nodes(),
-                )
-                .await?;
+            let nodes = self.cluster_nodes().await?;
             if !nodes.iter().any(|n| &n.node == node) {
                 return Err(EngineError::bad(format!(
                     "node '{node}' is not a node of the cluster"
@@ -116,13 +125,7 @@ impl Engine {
         if let Some(label) = self.config.reserved.get(&id) {
             return Err(EngineError::bad(format!("id {id} is reserved ({label})")));
         }
-        let vms = self
-            .call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_vms(),
-            )
-            .await?;
+        let vms = self.cluster_vms().await?;
         if let Some(vm) = vms.iter().find(|vm| vm.vmid == id) {
             return Err(EngineError::Conflict(format!(
                 "VM {id} already exists on node '{}'",
@@ -357,11 +360,7 @@ impl Engine {
     /// reserved, and where nothing answers on port 22.
     async fn allocate(&self) -> Result<Reservation, String> {
         let vms = self
-            .call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_vms(),
-            )
+            .cluster_vms()
             .await
             .map_err(|e| one_line(&e.to_string()))?;
         let used: std::collections::BTreeSet<u32> = vms.iter().map(|vm| vm.vmid).collect();
@@ -535,13 +534,7 @@ impl Engine {
             self.pve.create(&plan.node, plan.vmid, &options),
         )
         .await
-        .map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to create VM: {}", one_line(&e.to_string())),
-                Cleanup::Nothing,
-            )
-        })?;
+        .map_err(call_failed(&step, "failed to create VM", Cleanup::Nothing))?;
         step.success("[+] VM created successfully");
         Ok(())
     }
@@ -576,16 +569,11 @@ impl Engine {
                     .import_disk(node, vmid, &plan.image, &plan.storage, &relay),
             )
             .await
-            .map_err(|e| {
-                failed(
-                    &step,
-                    format!(
-                        "[-] failed to import disk image: {}",
-                        one_line(&e.to_string())
-                    ),
-                    Cleanup::Destroy,
-                )
-            })?;
+            .map_err(call_failed(
+                &step,
+                "failed to import disk image",
+                Cleanup::Destroy,
+            ))?;
         step.success(&format!("[+] disk image imported successfully as {volume}"));
 
         let step = Step::new(job, Some("VM initialization"), "initializing configuration");
@@ -727,13 +715,7 @@ impl Engine {
                 self.pve.migrate(&plan.node, vmid, target, &relay),
             )
             .await
-            .map_err(|e| {
-                failed(
-                    &step,
-                    format!("[-] failed to migrate VM: {}", one_line(&e.to_string())),
-                    Cleanup::Keep,
-                )
-            })?;
+            .map_err(call_failed(&step, "failed to migrate VM", Cleanup::Keep))?;
             plan.node = target.clone();
             step.success(&format!("[+] VM migrated to node {target} successfully"));
         }
@@ -753,13 +735,7 @@ impl Engine {
             self.pve.power(&plan.node, vmid, PowerAction::Start),
         )
         .await
-        .map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to start VM: {}", one_line(&e.to_string())),
-                Cleanup::Keep,
-            )
-        })?;
+        .map_err(call_failed(&step, "failed to start VM", Cleanup::Keep))?;
         step.processing(format!(
             "[*] VM started {}",
             elapsed(step.started().elapsed())
@@ -792,16 +768,11 @@ impl Engine {
             self.pve.guest_exec(&target, &command, &relay),
         )
         .await
-        .map_err(|e| {
-            failed(
-                &step,
-                format!(
-                    "[-] failed to perform SSH initialization: {}",
-                    one_line(&e.to_string())
-                ),
-                Cleanup::Destroy,
-            )
-        })?;
+        .map_err(call_failed(
+            &step,
+            "failed to perform SSH initialization",
+            Cleanup::Destroy,
+        ))?;
         step.success("[+] SSH initialization completed");
 
         let step = Step::new(job, Some("VM initialization"), "rebooting VM");
@@ -812,13 +783,7 @@ impl Engine {
             self.pve.power(&plan.node, vmid, PowerAction::Reboot),
         )
         .await
-        .map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to reboot VM: {}", one_line(&e.to_string())),
-                Cleanup::Keep,
-            )
-        })?;
+        .map_err(call_failed(&step, "failed to reboot VM", Cleanup::Keep))?;
         step.processing("[+] VM rebooting");
         self.wait_for_ssh(&step, &target).await.map_err(|e| {
             failed(

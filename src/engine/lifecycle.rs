@@ -317,13 +317,7 @@ impl Engine {
             Value::String(s) if crate::config::is_node_name(s) => s.clone(),
             _ => return Err(EngineError::bad("node must be the name of a cluster node")),
         };
-        let nodes = self
-            .call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_nodes(),
-            )
-            .await?;
+        let nodes = self.cluster_nodes().await?;
         let node = nodes.iter().find(|n| n.node == target).ok_or_else(|| {
             EngineError::bad(format!("node '{target}' is not a node of the cluster"))
         })?;

@@ -105,6 +105,19 @@ impl Engine {
         })
     }
 
+    /// `pvesh get /cluster/resources --type vm`, under its timeout.
+    async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+        let what = "pvesh get /cluster/resources --type vm";
+        self.call(Length::Short, what, self.pve.cluster_vms()).await
+    }
+
+    /// `pvesh get /cluster/resources --type node`, under its timeout.
+    async fn cluster_nodes(&self) -> Result<Vec<crate::pve::NodeResource>, PveError> {
+        let what = "pvesh get /cluster/resources --type node";
+        self.call(Length::Short, what, self.pve.cluster_nodes())
+            .await
+    }
+
     /// A pause of the pipeline (between retries). The simulated cluster runs
     /// `SIM_SPEED` times faster, and so do its pauses.
     async fn pause(&self, ms: u64) {
@@ -123,18 +136,7 @@ impl Engine {
 
     /// `GET /api/vm/list` (SPEC §5).
     pub async fn list(&self, filter: ListFilter) -> Result<VmList, EngineError> {
-        let (vms, nodes) = tokio::try_join!(
-            self.call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_vms()
-            ),
-            self.call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_nodes()
-            )
-        )?;
+        let (vms, nodes) = tokio::try_join!(self.cluster_vms(), self.cluster_nodes())?;
         Ok(list::build(&vms, &nodes, &self.config, filter))
     }
 
@@ -145,13 +147,7 @@ impl Engine {
                 "VM {vmid} is reserved ({label}): pvedeck does not act on it"
             )));
         }
-        let vms = self
-            .call(
-                Length::Short,
-                "pvesh get /cluster/resources",
-                self.pve.cluster_vms(),
-            )
-            .await?;
+        let vms = self.cluster_vms().await?;
         let resource = vms
             .into_iter()
             .find(|vm| vm.vmid == vmid && vm.is_qemu() && !vm.template)
