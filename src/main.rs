@@ -6,6 +6,12 @@ use pvedeck::config::Config;
 const BAD_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
+    // Called as `qm`, `pvesh`, `pvesm`, `ssh` or `pvedeck sim …`: the
+    // simulated cluster's command-line face, not the server.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(code) = pvedeck::sim::cli::dispatch(&args) {
+        return ExitCode::from(u8::try_from(code).unwrap_or(255));
+    }
     if let Err(e) = dotenvy::dotenv()
         && !e.not_found()
     {

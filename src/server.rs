@@ -36,8 +36,6 @@ impl FromRef<AppState> for LeptosOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("PVE_BACKEND=cli is not available yet: run with PVE_BACKEND=sim")]
-    CliNotAvailable,
     #[error(transparent)]
     Sim(#[from] crate::sim::SimError),
     #[error(transparent)]
@@ -80,7 +78,10 @@ pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
             }
             (sim.clone() as Arc<dyn crate::pve::Pve>, Some(sim))
         }
-        BackendKind::Cli => return Err(StartError::CliNotAvailable),
+        BackendKind::Cli => (
+            Arc::new(crate::pve::cli::CliBackend::new(&config)) as Arc<dyn crate::pve::Pve>,
+            None,
+        ),
     };
     let jobs = Jobs::open(&config.data_dir.join("pvedeck.db"))?;
     let engine =

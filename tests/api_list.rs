@@ -56,7 +56,7 @@ async fn list_of_the_demo_cluster_has_go_pve_qemu_keys_units_and_order() {
     assert_eq!(web["disk"], 40.0);
     assert_eq!(web["memory"], 4.0);
     assert_eq!(web["memory_used"], 1.5);
-    assert_eq!(web["ip"], "192.168.0.101");
+    assert_eq!(web["ip"], common::ip(101));
 
     // 1.5 GiB stays 1.5 (go-pve-qemu truncated it to 1).
     let cache = &all["list"][3];
@@ -132,7 +132,7 @@ async fn reserved_ids_are_listed_with_node_and_os_dash() {
     assert_eq!(router["node"], "-");
     assert_eq!(router["os"], "-");
     assert_eq!(router["reserved"], true);
-    assert_eq!(router["ip"], "192.168.0.100");
+    assert_eq!(router["ip"], common::ip(100));
     // Reserved hosts are neither running nor stopped VMs.
     assert_eq!(vmids(&list(&server.url, "?disable=1").await), [103, 105]);
 }
@@ -140,8 +140,7 @@ async fn reserved_ids_are_listed_with_node_and_os_dash() {
 #[tokio::test]
 async fn an_offline_node_shows_offline_and_its_vms_unknown() {
     let server = common::server(&[]).await;
-    let (status, body) = common::post(&format!("{}/api/sim/node/pve3/offline", server.url)).await;
-    assert_eq!((status, body.as_str()), (200, "ok"));
+    common::node_state(&server, "pve3", "offline").await;
     let all = list(&server.url, "").await;
     let pve3 = node(&all, "pve3");
     assert_eq!(pve3["running"], false);
@@ -200,9 +199,11 @@ async fn clients_outside_allow_ips_cannot_change_anything() {
 async fn api_tokens_guard_changes_but_not_reads() {
     let token = "0123456789abcdef-test";
     let server = common::server(&[("API_TOKENS", token)]).await;
-    let url = format!("{}/api/sim/node/pve2/offline", server.url);
+    let url = format!("{}/api/vm/101/stop", server.url);
     let (status, _) = common::post(&url).await;
     assert_eq!(status, 401);
+    let status_url = format!("{}/api/vm/101/status", server.url);
+    assert_eq!(common::get(&status_url).await, (200, "running".to_string()));
     let res = reqwest::Client::new()
         .post(&url)
         .bearer_auth(token)
@@ -210,5 +211,5 @@ async fn api_tokens_guard_changes_but_not_reads() {
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    assert_eq!(list(&server.url, "").await["cluster"][1]["running"], false);
+    assert_eq!(common::get(&status_url).await, (200, "stopped".to_string()));
 }

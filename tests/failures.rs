@@ -43,7 +43,7 @@ async fn run(url: &str, body: &str) -> Outcome {
 
 async fn run_with_fault(fault: &str, body: &str) -> (common::Server, Outcome) {
     let server = common::server(&[]).await;
-    common::fault(&server.url, fault).await;
+    common::fault(&server, fault).await;
     let outcome = run(&server.url, body).await;
     (server, outcome)
 }
@@ -64,7 +64,7 @@ async fn preparation_failure_leaves_no_vm() {
         "[-] storage pool nas is inactive",
     );
     assert_eq!(out.job["outcome"], "none");
-    assert!(!created_a_vm(&common::commands(&server.url).await));
+    assert!(!created_a_vm(&common::commands(&server).await));
 }
 
 #[tokio::test]
@@ -79,7 +79,7 @@ async fn image_failure_leaves_no_vm() {
     );
     assert!(out.error().message().ends_with("answered 404"));
     assert_eq!(out.job["outcome"], "none");
-    assert!(!created_a_vm(&common::commands(&server.url).await));
+    assert!(!created_a_vm(&common::commands(&server).await));
 }
 
 #[tokio::test]
@@ -90,7 +90,7 @@ async fn ssh_key_failure_leaves_no_vm() {
         "SSH preparation > creating SSH key",
         "[-] failed to create SSH key: cannot create /proc/pvedeck-no-such-dir",
     );
-    assert!(!created_a_vm(&common::commands(&server.url).await));
+    assert!(!created_a_vm(&common::commands(&server).await));
 }
 
 #[tokio::test]
@@ -120,7 +120,7 @@ async fn assert_destroyed(server: &common::Server, out: &Outcome) {
             .last()
             .is_some_and(|m| m.starts_with("[+] VM 106 destroyed"))
     );
-    let commands = common::commands(&server.url).await;
+    let commands = common::commands(server).await;
     assert!(
         commands.iter().any(|c| c == "qm destroy 106"),
         "{commands:?}"
@@ -176,7 +176,7 @@ async fn assert_kept(server: &common::Server, out: &Outcome) -> serde_json::Valu
         out.events.iter().any(|e| e.step() == "cleanup > keeping VM"
             && e.message() == "[*] VM 106 is kept for debugging")
     );
-    let commands = common::commands(&server.url).await;
+    let commands = common::commands(server).await;
     assert!(
         !commands.iter().any(|c| c.starts_with("qm destroy")),
         "{commands:?}"
@@ -221,7 +221,7 @@ async fn reboot_failure_keeps_the_vm() {
 #[tokio::test]
 async fn ssh_wait_timeout_keeps_the_vm_for_debugging() {
     let server = common::server(&[("SSH_POLL_ATTEMPTS", "3")]).await;
-    common::fault(&server.url, r#"{"op":"ssh-ready","action":"fail"}"#).await;
+    common::fault(&server, r#"{"op":"ssh-ready","action":"fail"}"#).await;
     let out = run(&server.url, DEBIAN).await;
     out.assert_failed_at(
         "VM initialization > waiting for ready",
@@ -229,7 +229,7 @@ async fn ssh_wait_timeout_keeps_the_vm_for_debugging() {
     );
     let vm = assert_kept(&server, &out).await;
     assert_eq!(vm["running"], true);
-    let tries = common::commands(&server.url)
+    let tries = common::commands(&server)
         .await
         .iter()
         .filter(|c| c.starts_with("ssh debian@"))
@@ -240,7 +240,7 @@ async fn ssh_wait_timeout_keeps_the_vm_for_debugging() {
 #[tokio::test]
 async fn a_hung_command_is_given_up_at_its_timeout() {
     let server = common::server(&[("COMMAND_TIMEOUT_SECS", "1")]).await;
-    common::fault(&server.url, r#"{"op":"create","action":"hang"}"#).await;
+    common::fault(&server, r#"{"op":"create","action":"hang"}"#).await;
     let out = run(&server.url, DEBIAN).await;
     out.assert_failed_at(
         "VM creation > creating VM",

@@ -52,7 +52,7 @@ async fn preconditions_answer_like_go_pve_qemu() {
     let (status, _) = post(&format!("{u}/api/vm/9000/start")).await;
     assert_eq!(status, 404);
     // None of the refusals ran a state-changing command.
-    let commands = common::commands(u).await;
+    let commands = common::commands(&s).await;
     assert!(
         commands
             .iter()
@@ -87,14 +87,14 @@ async fn status_stop_start_shutdown_reboot() {
     let last = &events[events.len() - 2];
     assert_eq!(last.message(), "[+] VM started successfully");
     assert_eq!(last.data["vm_id"], 101);
-    assert_eq!(last.data["ip"], "192.168.0.101");
+    assert_eq!(last.data["ip"], common::ip(101));
     assert!(events.last().is_some_and(Sse::is_close));
     // The SSH user comes from the OS tag (ubuntu).
     assert!(
-        common::commands(u)
+        common::commands(&s)
             .await
             .iter()
-            .any(|c| c == "ssh ubuntu@192.168.0.101")
+            .any(|c| *c == format!("ssh ubuntu@{}", common::ip(101)))
     );
 
     let (_, _, events) = post_sse(&format!("{u}/api/vm/101/reboot"), "").await;
@@ -132,7 +132,7 @@ async fn resize_migrate_and_destroy_a_stopped_vm() {
     assert_eq!(vm["cpu"], 4);
     assert_eq!(vm["memory"], 8.0);
     assert_eq!(vm["disk"], 74.0);
-    let commands = common::commands(u).await;
+    let commands = common::commands(&s).await;
     for expected in [
         "qm set 103 --cores 4",
         "qm set 103 --memory 8192 --numa 1 --balloon 6144",
@@ -239,7 +239,7 @@ async fn set_bodies_are_checked_before_anything_runs() {
         (400, "VM 103 is on node pve2 already")
     );
     assert!(
-        common::commands(u)
+        common::commands(&s)
             .await
             .iter()
             .all(|c| !c.starts_with("qm set") && !c.starts_with("qm resize"))
@@ -251,7 +251,7 @@ async fn a_locked_vm_is_409() {
     let s = common::server(&[]).await;
     let u = &s.url;
     // A `qm create` that never ends holds its `create` lock.
-    common::fault(u, r#"{"op":"create","action":"hang"}"#).await;
+    common::fault(&s, r#"{"op":"create","action":"hang"}"#).await;
     let res = reqwest::Client::new()
         .post(format!("{u}/api/vm/install"))
         .body(r#"{"os":"debian","version":"12","id":150}"#)
@@ -305,7 +305,7 @@ async fn clients_outside_allow_ips_get_403_also_on_streaming_routes() {
     // Reads stay open, and nothing ran.
     assert_eq!(common::get(&format!("{u}/api/vm/101/status")).await.0, 200);
     assert!(
-        common::commands(u)
+        common::commands(&s)
             .await
             .iter()
             .all(|c| !c.starts_with("qm ") || c.starts_with("qm status"))

@@ -379,7 +379,7 @@ impl Engine {
                 )
             })?;
             let ip = self.vm_ip(reservation.vmid).map_err(|e| e.to_string())?;
-            if !self.pve.probe(ip, 22).await {
+            if !self.pve.probe(ip, self.config.ssh_port).await {
                 return Ok(reservation);
             }
             tracing::info!(%ip, "VMID allocation: something answers on port 22, skipped");

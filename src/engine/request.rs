@@ -187,11 +187,6 @@ impl InstallRequest {
 
         let user = match string(&map, "user")?.filter(|u| !u.is_empty()) {
             None => release.default_user.to_string(),
-            Some(u) if u == "root" => {
-                return Err(bad(
-                    "user 'root' is not allowed: cloud-init needs a regular user",
-                ));
-            }
             Some(u) if is_linux_user(&u) => u,
             Some(u) => {
                 return Err(bad(format!(

@@ -58,7 +58,8 @@ pub enum Strike {
     Delay(u64),
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct Faults {
     rules: Vec<Fault>,
 }

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use super::clock::now_ms;
 use super::state::Guest;
-use super::{SimCluster, lock, timing};
+use super::{SimCluster, timing};
 use crate::pve::{GuestCommand, GuestTarget, LineSink, PveError};
 use crate::scripts;
 
@@ -29,31 +29,30 @@ impl SimCluster {
         if [a, b, c] != [ga, gb, gc] {
             return Knock::Nobody;
         }
-        let mut state = lock(&self.state);
-        if state.foreign_hosts.contains(&last) {
-            return Knock::Foreign;
-        }
-        let Some(node) = state.vms.get(&u32::from(last)).map(|vm| vm.node.clone()) else {
-            return Knock::Nobody;
-        };
-        let online = state.node_online(&node);
-        let Some(vm) = state.vms.get_mut(&u32::from(last)) else {
-            return Knock::Nobody;
-        };
-        if !vm.running || !online {
-            return Knock::Nobody;
-        }
-        match vm.guest {
-            Guest::Booting { ready_at } if now_ms() < ready_at => Knock::Refused,
-            Guest::Booting { .. } => {
-                vm.guest = Guest::Up;
-                let vmid = vm.vmid;
-                self.save(&state);
-                Knock::Vm(vmid)
+        self.store.update(|state| {
+            if state.foreign_hosts.contains(&last) {
+                return (Knock::Foreign, false);
             }
-            Guest::Up => Knock::Vm(vm.vmid),
-            Guest::Off => Knock::Nobody,
-        }
+            let Some(node) = state.vms.get(&u32::from(last)).map(|vm| vm.node.clone()) else {
+                return (Knock::Nobody, false);
+            };
+            let online = state.node_online(&node);
+            let Some(vm) = state.vms.get_mut(&u32::from(last)) else {
+                return (Knock::Nobody, false);
+            };
+            if !vm.running || !online {
+                return (Knock::Nobody, false);
+            }
+            match vm.guest {
+                Guest::Booting { ready_at } if now_ms() < ready_at => (Knock::Refused, false),
+                Guest::Booting { .. } => {
+                    vm.guest = Guest::Up;
+                    (Knock::Vm(vm.vmid), true)
+                }
+                Guest::Up => (Knock::Vm(vm.vmid), false),
+                Guest::Off => (Knock::Nobody, false),
+            }
+        })
     }
 
     pub(super) async fn guest_probe(&self, ip: Ipv4Addr, _port: u16) -> bool {

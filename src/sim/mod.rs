@@ -4,6 +4,7 @@
 //! Proxmox) and what the tests drive. Operations take simulated time, scaled
 //! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
+pub mod cli;
 pub mod clock;
 pub mod faults;
 mod guest;
@@ -11,10 +12,11 @@ mod params;
 mod qm;
 mod seed;
 mod state;
+mod store;
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
@@ -25,8 +27,9 @@ use crate::pve::{
 };
 use crate::scripts::ScriptSet;
 use clock::Clock;
-use faults::{Fault, Faults, Strike};
+use faults::{Fault, Strike};
 pub use state::{ClusterState, drive_size};
+use store::Store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -34,97 +37,106 @@ pub enum SimError {
     Load { path: PathBuf, detail: String },
 }
 
-pub struct SimCluster {
-    state: Mutex<ClusterState>,
-    faults: Mutex<Faults>,
-    clock: Clock,
+/// How a simulated cluster behaves, whoever runs it.
+#[derive(Debug, Clone)]
+pub struct SimSettings {
+    pub speed: f64,
     /// How much guest memory use wanders around its plateau (0 = still).
-    jitter: f64,
-    /// Where the state is saved after every change (none: memory only).
-    file: Option<PathBuf>,
-    /// Every command run, in order (what a test may check was not run).
-    log: Mutex<Vec<String>>,
+    pub jitter: f64,
+    pub gateway: Ipv4Addr,
+    pub nodes: BTreeMap<String, Ipv4Addr>,
     /// The init scripts the guests "fetch" from pvedeck's `/sh/`.
-    scripts: ScriptSet,
-    gateway: Ipv4Addr,
+    pub scripts: ScriptSet,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while the lock was held leaves plain data behind, still
-    // consistent field by field: keep serving it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+impl SimSettings {
+    pub fn from_config(config: &Config) -> SimSettings {
+        SimSettings {
+            speed: config.sim_speed,
+            jitter: config.sim_jitter,
+            gateway: config.gateway,
+            nodes: config.nodes.clone(),
+            scripts: config.init_scripts,
+        }
+    }
+}
+
+pub struct SimCluster {
+    store: Store,
+    clock: Clock,
+    jitter: f64,
+    gateway: Ipv4Addr,
+    scripts: ScriptSet,
+}
+
+/// The saved state of `dir`, or the demo cluster when there is none yet.
+fn load_or_seed(dir: &Path, settings: &SimSettings) -> Result<ClusterState, SimError> {
+    let file = store::state_file(dir);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| SimError::Load {
+            path: file,
+            detail: e.to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(seed::demo_cluster(settings.gateway, &settings.nodes))
+        }
+        Err(e) => Err(SimError::Load {
+            path: file,
+            detail: e.to_string(),
+        }),
+    }
 }
 
 impl SimCluster {
-    /// The cluster of `DATA_DIR/sim/cluster.json`, or the demo cluster when
-    /// there is none yet.
+    fn with_store(store: Store, settings: &SimSettings) -> SimCluster {
+        SimCluster {
+            store,
+            clock: Clock::new(settings.speed),
+            jitter: settings.jitter,
+            gateway: settings.gateway,
+            scripts: settings.scripts,
+        }
+    }
+
+    /// The server's own simulated cluster (`PVE_BACKEND=sim`): the state of
+    /// `DATA_DIR/sim`, or the demo cluster.
     pub fn open(config: &Config) -> Result<SimCluster, SimError> {
-        let file = config.data_dir.join("sim").join("cluster.json");
-        let state = match std::fs::read_to_string(&file) {
-            Ok(text) => {
-                let mut state: ClusterState =
-                    serde_json::from_str(&text).map_err(|e| SimError::Load {
-                        path: file.clone(),
-                        detail: e.to_string(),
-                    })?;
-                state.recover_after_restart();
-                state
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                seed::demo_cluster(config.gateway, &config.nodes)
-            }
-            Err(e) => {
-                return Err(SimError::Load {
-                    path: file,
-                    detail: e.to_string(),
-                });
-            }
-        };
-        let sim = SimCluster {
-            state: Mutex::new(state),
-            faults: Mutex::new(Faults::default()),
-            clock: Clock::new(config.sim_speed),
-            jitter: config.sim_jitter,
-            file: Some(file),
-            log: Mutex::new(Vec::new()),
-            scripts: config.init_scripts,
-            gateway: config.gateway,
-        };
-        sim.save(&lock(&sim.state));
-        Ok(sim)
+        let dir = config.data_dir.join("sim");
+        let settings = SimSettings::from_config(config);
+        let mut state = load_or_seed(&dir, &settings)?;
+        state.recover_after_restart();
+        let store = Store::memory(state, Some(store::state_file(&dir)));
+        Ok(SimCluster::with_store(store, &settings))
+    }
+
+    /// The cluster as the command-line stand-ins share it: every access goes
+    /// through the locked state file of `dir`.
+    pub fn shared(dir: &Path, settings: &SimSettings) -> Result<SimCluster, SimError> {
+        let state = load_or_seed(dir, settings)?;
+        let store = Store::shared(dir.to_path_buf(), state);
+        Ok(SimCluster::with_store(store, settings))
     }
 
     /// The demo cluster in memory only (unit tests).
     pub fn in_memory(gateway: Ipv4Addr, speed: f64) -> SimCluster {
-        SimCluster {
-            state: Mutex::new(seed::demo_cluster(gateway, &Default::default())),
-            faults: Mutex::new(Faults::default()),
-            clock: Clock::new(speed),
+        let settings = SimSettings {
+            speed,
             jitter: 0.0,
-            file: None,
-            log: Mutex::new(Vec::new()),
-            scripts: ScriptSet::Real,
             gateway,
-        }
-    }
-
-    fn save(&self, state: &ClusterState) {
-        let Some(file) = &self.file else { return };
-        if let Err(e) = write_atomically(file, state) {
-            tracing::warn!("sim: cannot save the cluster to {}: {e}", file.display());
-        }
+            nodes: BTreeMap::new(),
+            scripts: ScriptSet::Real,
+        };
+        let store = Store::memory(seed::demo_cluster(gateway, &settings.nodes), None);
+        SimCluster::with_store(store, &settings)
     }
 
     /// Runs `f` on the state and saves what it changed.
     fn change<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
-        let mut state = lock(&self.state);
-        let out = f(&mut state);
-        self.save(&state);
-        out
+        self.store.change(f)
     }
 
     fn read<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> R {
-        f(&lock(&self.state))
+        self.store.read(f)
     }
 
     /// Fault injection: a node that goes offline (corosync loses it) or comes back.
@@ -137,24 +149,25 @@ impl SimCluster {
     }
 
     pub fn add_fault(&self, fault: Fault) -> Result<(), String> {
-        lock(&self.faults).add(fault)
+        self.change(|s| s.faults.add(fault))
     }
 
     pub fn clear_faults(&self) {
-        lock(&self.faults).clear();
+        self.change(|s| s.faults.clear());
     }
 
     pub fn faults(&self) -> Vec<Fault> {
-        lock(&self.faults).list()
+        self.read(|s| s.faults.list())
     }
 
+    /// Every command run, in order (what a test may check was not run).
     pub fn commands(&self) -> Vec<String> {
-        lock(&self.log).clone()
+        self.store.commands()
     }
 
     fn record(&self, command: &str) {
         tracing::debug!("sim: {command}");
-        lock(&self.log).push(command.to_string());
+        self.store.record(command);
     }
 
     /// Records a command about to run and applies an injected fault to it.
@@ -165,7 +178,11 @@ impl SimCluster {
 
     /// Applies an injected fault to an operation (already recorded).
     async fn fault(&self, op: &str, vmid: Option<u32>, command: &str) -> Result<(), PveError> {
-        let strike = lock(&self.faults).check(op, vmid);
+        let strike = self.store.update(|s| {
+            let strike = s.faults.check(op, vmid);
+            let changed = strike != Strike::None;
+            (strike, changed)
+        });
         match strike {
             Strike::None => Ok(()),
             Strike::Fail(message) => {
@@ -200,16 +217,6 @@ fn default_failure(op: &str, vmid: Option<u32>) -> String {
         "ssh-init" => "E: Unable to locate package qemu-guest-agent".to_string(),
         other => format!("simulated failure of {other}"),
     }
-}
-
-fn write_atomically(file: &Path, state: &ClusterState) -> std::io::Result<()> {
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
-    let tmp = file.with_extension("json.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, file)
 }
 
 /// Simulated durations at real speed, milliseconds.

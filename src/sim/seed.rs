@@ -258,5 +258,6 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
         vms: vms.into_iter().map(|v| (v.vmid, v)).collect(),
         // A host that is not a VM (a printer, a forgotten box) answers on .100.
         foreign_hosts: vec![100],
+        faults: Default::default(),
     }
 }

@@ -172,9 +172,9 @@ impl SimVm {
         ((self.mem_plateau as f64) * ramp * wave).min(self.memory_bytes() as f64) as u64
     }
 
-    fn uptime(&self, clock: &Clock) -> u64 {
+    fn uptime(&self) -> u64 {
         match (self.running, self.started) {
-            (true, Some(s)) => clock.since(s) / 1000,
+            (true, Some(s)) => wall_secs_since(s),
             _ => 0,
         }
     }
@@ -209,10 +209,16 @@ impl SimVm {
         } else if self.running {
             vm.mem = self.mem_used(clock, jitter);
             vm.cpu = self.cpu_load;
-            vm.uptime = self.uptime(clock);
+            vm.uptime = self.uptime();
         }
         vm
     }
+}
+
+/// Uptimes are wall-clock: nodes and seeded VMs were up before the
+/// simulation began.
+fn wall_secs_since(ms: i64) -> u64 {
+    u64::try_from((now_ms() - ms).max(0) / 1000).unwrap_or(0)
 }
 
 /// `size=` of a drive property string such as `local-zfs:vm-101-disk-0,size=40G`.
@@ -271,6 +277,9 @@ pub struct ClusterState {
     /// port 22 (VMID allocation must skip them).
     #[serde(default)]
     pub foreign_hosts: Vec<u8>,
+    /// Injected faults (shared with the command-line stand-ins).
+    #[serde(default)]
+    pub faults: super::faults::Faults,
 }
 
 impl ClusterState {
@@ -297,8 +306,10 @@ impl ClusterState {
     }
 
     /// After pvedeck restarts, no simulated command is running any more:
-    /// the locks they held are released.
+    /// the locks they held are released, and injected faults (test
+    /// instruments) are forgotten.
     pub fn recover_after_restart(&mut self) {
+        self.faults.clear();
         for vm in self.vms.values_mut() {
             if let Some(lock) = vm.config.remove("lock") {
                 tracing::warn!(
@@ -367,7 +378,7 @@ impl ClusterState {
                     res.cpu = Some(node.cpu_load);
                     res.mem = Some(self.node_mem_used(node, clock, jitter));
                     res.disk = Some(node.rootfs_used);
-                    res.uptime = Some(clock.since(node.booted) / 1000);
+                    res.uptime = Some(wall_secs_since(node.booted));
                 }
                 res
             })
@@ -386,7 +397,7 @@ impl ClusterState {
                 used,
                 free: node.mem_total.saturating_sub(used),
             },
-            uptime: clock.since(node.booted) / 1000,
+            uptime: wall_secs_since(node.booted),
             cpu: node.cpu_load,
             pveversion: "pve-manager/9.1.2/9d436f37a0ac4172".to_string(),
             kversion: "Linux 6.17.4-1-pve #1 SMP PREEMPT_DYNAMIC PMX 6.17.4-1 \

@@ -20,15 +20,44 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Which backend the suite runs against: the in-process simulated cluster
+/// (`sim`, the default) or the `cli` backend, a real server process running
+/// the simulator's command-line stand-ins (`qm`, `pvesh`, `pvesm`, `ssh`)
+/// from `PATH` (`PVEDECK_TEST_BACKEND=cli`).
+pub fn cli_mode() -> bool {
+    std::env::var("PVEDECK_TEST_BACKEND").is_ok_and(|b| b == "cli")
+}
+
+/// The VM network of the suite's cluster: with `cli`, loopback, so that no
+/// real connection attempt (the VMID probe) leaves the machine.
+pub fn ip(last: u32) -> String {
+    if cli_mode() {
+        format!("127.0.0.{last}")
+    } else {
+        format!("192.168.0.{last}")
+    }
+}
+
+enum Handle {
+    InProcess(Running),
+    Process(std::process::Child),
+}
+
 pub struct Server {
     pub url: String,
     pub data_dir: PathBuf,
-    running: Running,
+    running: Handle,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.running.task.abort();
+        match &mut self.running {
+            Handle::InProcess(r) => r.task.abort(),
+            Handle::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 }
 
@@ -40,20 +69,153 @@ pub async fn server(vars: &[(&str, &str)]) -> Server {
 /// A server on an existing data directory (to test what survives a restart).
 pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
     let data = data_dir.to_string_lossy().into_owned();
-    let mut all = vec![
+    let mut all: Vec<(String, String)> = [
         ("PORT", "0"),
         ("BIND_ADDR", "127.0.0.1"),
         ("DATA_DIR", data.as_str()),
         ("SIM_SPEED", "2000"),
         ("SIM_JITTER", "0"),
-    ];
-    all.extend_from_slice(vars);
-    let config = Config::from_vars(all.iter().copied()).expect("test configuration");
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    if cli_mode() {
+        return cli_server(data_dir, all, vars).await;
+    }
+    all.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = Config::from_vars(all).expect("test configuration");
     let running = spawn(config).await.expect("server starts");
     Server {
         url: running.url.clone(),
         data_dir: data_dir.to_path_buf(),
-        running,
+        running: Handle::InProcess(running),
+    }
+}
+
+/// A directory with `qm`, `pvesh`, `pvesm` (and `ssh` unless `real_ssh`)
+/// linked to the pvedeck binary: the simulator's command-line face.
+pub fn stand_ins(real_ssh: bool) -> PathBuf {
+    let dir = temp_dir("bin");
+    let tools: &[&str] = if real_ssh {
+        &["qm", "pvesh", "pvesm"]
+    } else {
+        &["qm", "pvesh", "pvesm", "ssh"]
+    };
+    for tool in tools {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pvedeck"), dir.join(tool)).expect("link");
+    }
+    dir
+}
+
+/// A loopback port where nothing listens (the VMID probe's port).
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The environment of a `cli` server: a cluster on loopback whose `qm` and
+/// friends are the stand-ins, images from a local mirror.
+pub async fn cli_env(
+    data_dir: &std::path::Path,
+    mut env: Vec<(String, String)>,
+    real_ssh: bool,
+) -> Vec<(String, String)> {
+    let bin = stand_ins(real_ssh);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let images = format!("{}/img", image_server().await);
+    let data = |sub: &str| data_dir.join(sub).to_string_lossy().into_owned();
+    let port = closed_port().to_string();
+    for (k, v) in [
+        ("PATH", path.as_str()),
+        ("HOME", &data("home")),
+        ("PVE_BACKEND", "cli"),
+        ("GATEWAY", "127.0.0.1"),
+        ("MAIN_NODE", "pve1"),
+        ("NODE_pve1", "127.0.0.1"),
+        ("NODE_pve2", "127.0.0.12"),
+        ("NODE_pve3", "127.0.0.13"),
+        ("ASSIGN_STORAGE", "local-zfs"),
+        // .100 is where the demo cluster's foreign host answers: the real
+        // probe of the cli backend would not see it.
+        ("ASSIGN_IP_START", "101"),
+        ("SSH_PORT", port.as_str()),
+        // The simulated guests boot SIM_SPEED times faster; so may the polling.
+        ("SSH_POLL_INTERVAL_MS", "5"),
+        ("SSH_KEY_DIR", &data("ssh")),
+        ("IMAGE_CACHE_DIR", &data("images")),
+        ("IMAGE_BASE_DEBIAN", images.as_str()),
+        ("IMAGE_BASE_UBUNTU", images.as_str()),
+        ("IMAGE_BASE_ROCKYLINUX", images.as_str()),
+        ("RUST_LOG", "info"),
+    ] {
+        env.push((k.to_string(), v.to_string()));
+    }
+    env
+}
+
+/// Starts `pvedeck` as a process with `env` (nothing else), waits for the
+/// line that says where it listens. Its output goes to `<data>/server.log`.
+pub fn start_process(
+    data_dir: &std::path::Path,
+    env: &[(String, String)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let log_path = data_dir.join("server.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"))
+        .current_dir(data_dir)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start pvedeck");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let log = std::fs::File::create(&log_path).expect("server.log");
+    let mut err_log = log.try_clone().expect("log");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 || err_log.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = log;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("pvedeck did not start: {log}")
+        });
+    (child, url)
+}
+
+async fn cli_server(
+    data_dir: &std::path::Path,
+    defaults: Vec<(String, String)>,
+    vars: &[(&str, &str)],
+) -> Server {
+    let mut env = cli_env(data_dir, defaults, false).await;
+    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let (child, url) = start_process(data_dir, &env);
+    Server {
+        url,
+        data_dir: data_dir.to_path_buf(),
+        running: Handle::Process(child),
     }
 }
 
@@ -203,13 +365,43 @@ pub async fn json(url: &str) -> serde_json::Value {
 }
 
 /// The simulated cluster's command log.
-pub async fn commands(url: &str) -> Vec<String> {
-    serde_json::from_value(json(&format!("{url}/api/sim/commands")).await).expect("list")
+pub async fn commands(server: &Server) -> Vec<String> {
+    if cli_mode() {
+        return std::fs::read_to_string(server.data_dir.join("sim/commands.log"))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default();
+    }
+    serde_json::from_value(json(&format!("{}/api/sim/commands", server.url)).await).expect("list")
 }
 
-pub async fn fault(url: &str, fault: &str) {
-    let (status, body) = post_json(&format!("{url}/api/sim/faults"), fault).await;
+/// Runs `pvedeck sim <args>` on a cli server's simulated cluster.
+fn sim_command(server: &Server, args: &[&str]) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"))
+        .arg("sim")
+        .args(args)
+        .env_clear()
+        .env("DATA_DIR", &server.data_dir)
+        .env("GATEWAY", "127.0.0.1")
+        .output()
+        .expect("pvedeck sim");
+    assert!(out.status.success(), "pvedeck sim {args:?}: {out:?}");
+}
+
+pub async fn fault(server: &Server, fault: &str) {
+    if cli_mode() {
+        return sim_command(server, &["fault", fault]);
+    }
+    let (status, body) = post_json(&format!("{}/api/sim/faults", server.url), fault).await;
     assert_eq!(status, 200, "{body}");
+}
+
+/// Takes a node of the simulated cluster offline or brings it back.
+pub async fn node_state(server: &Server, node: &str, state: &str) {
+    if cli_mode() {
+        return sim_command(server, &["node", node, state]);
+    }
+    let (status, body) = post(&format!("{}/api/sim/node/{node}/{state}", server.url)).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
 }
 
 /// A local HTTP server with one small qcow2 image (virtual size 2 GiB) under

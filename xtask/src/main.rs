@@ -128,6 +128,16 @@ fn test(root: &Path) -> Result<(), Failed> {
         )
     };
     tests(&SERVER, "server, app")?;
+    // The engine's suites once more, now through the cli backend: a pvedeck
+    // process running the simulator's qm/pvesh/pvesm/ssh stand-ins.
+    run::step(
+        "integration tests again with PVE_BACKEND=cli (release)",
+        || {
+            let mut args = vec!["test", "--release"];
+            args.extend(SERVER);
+            run::cargo_env(root, &args, &[("PVEDECK_TEST_BACKEND", "cli")])
+        },
+    )?;
     tests(&["--package", "xtask"], "xtask")?;
     site::build(root)?;
     build_server(root)?;

@@ -40,8 +40,18 @@ pub fn output(cmd: &mut Command) -> Option<String> {
 }
 
 pub fn cargo(root: &Path, args: &[&str]) -> Result<(), Failed> {
+    cargo_env(root, args, &[])
+}
+
+/// `cargo <args>` with extra environment variables.
+pub fn cargo_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), Failed> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    status(Command::new(cargo).args(args).current_dir(root))
+    status(
+        Command::new(cargo)
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(root),
+    )
 }
 
 /// Replaces this process with the program (so Ctrl-C reaches the server

@@ -28,8 +28,22 @@ pub fn test_tools(root: &Path) -> Result<(), Failed> {
             status(Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]))
         })?;
     }
-    if !Path::new(crate::e2e::CHROMIUM).exists() {
-        apt_install(&["chromium", "chromium-driver"])?;
+    // Debian packages the tests need, by a file each one ships: Chromium for
+    // the browser tests; sshd, ssh and curl for the real-SSH lane.
+    let wanted = [
+        (crate::e2e::CHROMIUM, "chromium"),
+        ("/usr/bin/chromedriver", "chromium-driver"),
+        ("/usr/sbin/sshd", "openssh-server"),
+        ("/usr/bin/ssh", "openssh-client"),
+        ("/usr/bin/curl", "curl"),
+    ];
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(file, _)| !Path::new(file).exists())
+        .map(|(_, package)| *package)
+        .collect();
+    if !missing.is_empty() {
+        apt_install(&missing)?;
     }
     npm_ci(root, "end2end")
 }

@@ -1,0 +1,325 @@
+//! `PVE_BACKEND=cli`: the `Pve` port over the real commands. `qm` and
+//! `pvesm` run on the VM's node (locally on `MAIN_NODE`, else through
+//! `ssh root@<NODE_ip>`); `pvesh` runs locally (it proxies to other nodes
+//! itself); VMs are reached with `ssh` as the cloud-init user.
+
+mod parse;
+mod run;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::Config;
+use crate::pve::{
+    GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
+    QmOptions, StorageStatus, VmResource,
+};
+pub use run::shell_quote;
+use run::{Output, Runner};
+
+/// What `probe` allows a connection attempt.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct CliBackend {
+    runner: Runner,
+    main_node: String,
+}
+
+fn strings<const N: usize>(words: [&str; N]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// `--key value` pairs as arguments.
+fn option_args(options: &QmOptions) -> Vec<String> {
+    options
+        .iter()
+        .flat_map(|(k, v)| [format!("--{k}"), v.clone()])
+        .collect()
+}
+
+impl CliBackend {
+    pub fn new(config: &Config) -> CliBackend {
+        CliBackend {
+            runner: Runner::new(config.main_node.clone(), config.nodes.clone()),
+            main_node: config.main_node.clone(),
+        }
+    }
+
+    async fn on(&self, node: &str, program: &str, args: Vec<String>) -> Result<Output, PveError> {
+        let argv = self.runner.on_node(node, program, &args)?;
+        self.runner.run(&argv, None, None).await
+    }
+
+    async fn on_streaming(
+        &self,
+        node: &str,
+        program: &str,
+        args: Vec<String>,
+        out: LineSink<'_>,
+    ) -> Result<Output, PveError> {
+        let argv = self.runner.on_node(node, program, &args)?;
+        self.runner.run(&argv, None, Some(out)).await
+    }
+
+    async fn pvesh<T: serde::de::DeserializeOwned>(
+        &self,
+        args: Vec<String>,
+    ) -> Result<T, PveError> {
+        let shown = format!("pvesh {}", args.join(" "));
+        let out = self.on(&self.main_node, "pvesh", args).await?;
+        parse::json(&shown, &out.stdout)
+    }
+
+    /// The ssh argument vector for a VM: pvedeck's key only, no prompt, no
+    /// host key bookkeeping (a reinstalled VM has a new host key).
+    fn guest_argv(target: &GuestTarget, remote: &str) -> Vec<String> {
+        let mut argv = strings([
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "IdentitiesOnly=yes",
+        ]);
+        argv.push("-i".into());
+        argv.push(target.key.to_string_lossy().into_owned());
+        argv.push("-p".into());
+        argv.push(target.port.to_string());
+        argv.push(format!("{}@{}", target.user, target.ip));
+        argv.push(remote.to_string());
+        argv
+    }
+}
+
+/// The remote command of SSH initialization: fetch the script, run it as
+/// root (through sudo unless already root), the password on stdin.
+fn init_command(url: &str) -> String {
+    format!(
+        "f=$(mktemp) && curl -fsSL {} -o \"$f\" && \
+         if [ \"$(id -u)\" = 0 ]; then bash \"$f\"; else sudo bash \"$f\"; fi; \
+         rc=$?; rm -f \"$f\"; exit $rc",
+        shell_quote(url)
+    )
+}
+
+#[async_trait]
+impl Pve for CliBackend {
+    async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+        self.pvesh(strings([
+            "get",
+            "/cluster/resources",
+            "--type",
+            "vm",
+            "--output-format",
+            "json",
+        ]))
+        .await
+    }
+
+    async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+        self.pvesh(strings([
+            "get",
+            "/cluster/resources",
+            "--type",
+            "node",
+            "--output-format",
+            "json",
+        ]))
+        .await
+    }
+
+    async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
+        let path = format!("/nodes/{node}/status");
+        self.pvesh(vec![
+            "get".into(),
+            path,
+            "--output-format".into(),
+            "json".into(),
+        ])
+        .await
+    }
+
+    async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
+        let out = self.on(node, "pvesm", strings(["status"])).await?;
+        parse::pvesm_status(&out.stdout)
+    }
+
+    async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let mut args = vec!["create".to_string(), vmid.to_string()];
+        args.extend(option_args(options));
+        self.on(node, "qm", args).await.map(drop)
+    }
+
+    async fn import_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        image: &Path,
+        storage: &str,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError> {
+        let args = vec![
+            "importdisk".to_string(),
+            vmid.to_string(),
+            image.to_string_lossy().into_owned(),
+            storage.to_string(),
+        ];
+        let output = self.on_streaming(node, "qm", args, out).await?;
+        parse::imported_volume(&output.stdout)
+    }
+
+    async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let mut args = vec!["set".to_string(), vmid.to_string()];
+        args.extend(option_args(options));
+        self.on(node, "qm", args).await.map(drop)
+    }
+
+    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError> {
+        // SPEC §3 grows to a size with `qm resize`, §4 by an amount with
+        // `qm disk resize`. Both exit 0 when their task failed: the engine
+        // reads the size back.
+        let mut args: Vec<String> = if size.starts_with('+') {
+            strings(["disk", "resize"])
+        } else {
+            strings(["resize"])
+        };
+        args.extend([vmid.to_string(), disk.to_string(), size.to_string()]);
+        let out = self.on(node, "qm", args).await?;
+        if !out.stderr.trim().is_empty() {
+            tracing::warn!(vmid, "qm resize printed: {}", out.stderr.trim());
+        }
+        Ok(())
+    }
+
+    async fn config(&self, node: &str, vmid: u32) -> Result<BTreeMap<String, String>, PveError> {
+        let out = self
+            .on(node, "qm", vec!["config".into(), vmid.to_string()])
+            .await?;
+        parse::qm_config(&out.stdout)
+    }
+
+    async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        let out = self
+            .on(node, "qm", vec!["status".into(), vmid.to_string()])
+            .await?;
+        parse::qm_status(&out.stdout)
+    }
+
+    async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
+        let mut args = vec![action.verb().to_string(), vmid.to_string()];
+        if let PowerAction::Stop { skiplock: true } = action {
+            args.push("--skiplock".into());
+        }
+        self.on(node, "qm", args).await.map(drop)
+    }
+
+    async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
+        let mut args = vec!["destroy".to_string(), vmid.to_string(), "--purge".into()];
+        if skiplock {
+            args.push("--skiplock".into());
+        }
+        self.on(node, "qm", args).await.map(drop)
+    }
+
+    async fn migrate(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let args = vec![
+            "migrate".to_string(),
+            vmid.to_string(),
+            target.to_string(),
+            "--with-local-disks".to_string(),
+        ];
+        self.on_streaming(node, "qm", args, out).await.map(drop)
+    }
+
+    async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
+        let addr = SocketAddr::from((ip, port));
+        matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    async fn guest_exec(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        match command {
+            GuestCommand::Ready => {
+                let argv = CliBackend::guest_argv(target, "echo ready");
+                self.runner.run(&argv, None, None).await.map(drop)
+            }
+            GuestCommand::InitScript {
+                url, root_password, ..
+            } => {
+                let argv = CliBackend::guest_argv(target, &init_command(url));
+                // The password travels on stdin: no argument list shows it.
+                let mut stdin = root_password
+                    .as_ref()
+                    .map(|p| p.expose().as_bytes().to_vec())
+                    .unwrap_or_default();
+                stdin.push(b'\n');
+                self.runner
+                    .run(&argv, Some(&stdin), Some(out))
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_init_command_quotes_the_url_and_keeps_the_password_out() {
+        let cmd = init_command("http://10.0.0.11:8080/sh/debian_12.sh");
+        assert!(
+            cmd.starts_with("f=$(mktemp) && curl -fsSL http://10.0.0.11:8080/sh/debian_12.sh -o")
+        );
+        assert!(cmd.contains("sudo bash \"$f\""));
+        let target = GuestTarget {
+            ip: Ipv4Addr::new(10, 0, 0, 101),
+            port: 22,
+            user: "debian".into(),
+            key: "/root/.ssh/id_ed25519".into(),
+        };
+        let argv = CliBackend::guest_argv(&target, "echo ready");
+        assert_eq!(argv.last().map(String::as_str), Some("echo ready"));
+        assert!(argv.contains(&"debian@10.0.0.101".to_string()));
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["-i", "/root/.ssh/id_ed25519"])
+        );
+    }
+
+    #[tokio::test]
+    async fn probe_tells_open_from_closed_ports_on_loopback() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap().port();
+        let config = Config::from_vars([("PORT", "0")]).unwrap();
+        let backend = CliBackend::new(&config);
+        assert!(backend.probe(Ipv4Addr::LOCALHOST, open).await);
+        drop(listener);
+        assert!(!backend.probe(Ipv4Addr::LOCALHOST, open).await);
+    }
+}

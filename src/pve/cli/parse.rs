@@ -1,0 +1,243 @@
+//! Parsers for what `pvesh`, `pvesm` and `qm` print (formats in
+//! `shared/proxmox/FORMATS.md`). Output that does not parse is an error
+//! naming the command and the offending line, never a panic.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+
+use crate::pve::{PveError, StorageStatus};
+
+fn bad(command: &str, detail: String) -> PveError {
+    PveError::Parse {
+        command: command.to_string(),
+        detail,
+    }
+}
+
+/// `pvesh … --output-format json`: one line of JSON.
+pub fn json<T: DeserializeOwned>(command: &str, text: &str) -> Result<T, PveError> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .ok_or_else(|| bad(command, "no output".to_string()))?;
+    serde_json::from_str(line).map_err(|e| {
+        let shown: String = line.chars().take(200).collect();
+        bad(command, format!("{e} in line '{shown}'"))
+    })
+}
+
+/// `pvesm status`: a header (`Total (KiB)` since 2025, `Total` before),
+/// then `name type status total used available percent` rows in KiB.
+pub fn pvesm_status(text: &str) -> Result<Vec<StorageStatus>, PveError> {
+    let command = "pvesm status";
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header = lines
+        .next()
+        .ok_or_else(|| bad(command, "no output".to_string()))?;
+    if !header.trim_start().starts_with("Name") {
+        return Err(bad(command, format!("unexpected header '{header}'")));
+    }
+    lines
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let number = |i: usize| -> Result<u64, PveError> {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .ok_or_else(|| bad(command, format!("bad number in line '{line}'")))
+            };
+            if fields.len() != 7 {
+                return Err(bad(command, format!("expected 7 columns in line '{line}'")));
+            }
+            Ok(StorageStatus {
+                name: fields[0].to_string(),
+                kind: fields[1].to_string(),
+                status: fields[2].to_string(),
+                total_kib: number(3)?,
+                used_kib: number(4)?,
+                avail_kib: number(5)?,
+            })
+        })
+        .collect()
+}
+
+/// `qm status <id>` → `running`.
+pub fn qm_status(text: &str) -> Result<String, PveError> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("status: "))
+        .map(|s| s.trim().to_string())
+        .ok_or_else(|| {
+            bad(
+                "qm status",
+                format!("no 'status:' line in '{}'", text.trim()),
+            )
+        })
+}
+
+/// `qm config <id>`: `key: value` lines.
+pub fn qm_config(text: &str) -> Result<BTreeMap<String, String>, PveError> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            line.split_once(": ")
+                .or_else(|| line.strip_suffix(':').map(|k| (k, "")))
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .ok_or_else(|| bad("qm config", format!("not 'key: value': '{line}'")))
+        })
+        .collect()
+}
+
+/// The volume `qm importdisk` imported, from its last line:
+/// `unused0: successfully imported disk 'local-lvm:vm-101-disk-0'` (since
+/// qemu-server 8.2.7) or `Successfully imported disk as
+/// 'unused0:local-lvm:vm-101-disk-0'` (before).
+pub fn imported_volume(text: &str) -> Result<String, PveError> {
+    let found = text.lines().rev().find_map(|line| {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Successfully imported disk as '") {
+            let quoted = rest.strip_suffix('\'')?;
+            return quoted.split_once(':').map(|(_, volid)| volid.to_string());
+        }
+        let (_, rest) = line.split_once(": successfully imported disk '")?;
+        let drive = rest.strip_suffix('\'')?;
+        // With --target-disk the quoted value is a whole drive string.
+        Some(drive.split(',').next().unwrap_or(drive).to_string())
+    });
+    found.ok_or_else(|| {
+        let last = text.lines().last().unwrap_or_default();
+        bad(
+            "qm importdisk",
+            format!("no 'successfully imported disk' line (last line '{last}')"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pve::{NodeResource, NodeStatus, VmResource};
+
+    // Real outputs, from shared/proxmox/FORMATS.md.
+    const PVESM_NEW: &str = "\
+Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %
+local             dir     active        98497780        11778920        81669312   11.96%
+local-lvm     lvmthin     active       365760512        18123456       347637056    4.95%
+nas               nfs   disabled               0               0               0      N/A
+";
+    const PVESM_OLD: &str = "\
+Name                  Type     Status           Total            Used       Available        %
+local                  dir   disabled               0               0               0      N/A
+local-zfs          zfspool     active      1394081792        87896381      1306185410    6.30%
+nas                    nfs   inactive               0               0               0    0.00%
+";
+    const VMS: &str = r#"[{"cpu":0.0123,"disk":0,"diskread":51511296,"diskwrite":8192,"id":"qemu/101","maxcpu":2,"maxdisk":34359738368,"maxmem":2147483648,"mem":734003200,"memhost":812646400,"name":"web1","netin":12345,"netout":6789,"node":"pve1","status":"running","tags":"prod;web","template":0,"type":"qemu","uptime":3600,"vmid":101},{"id":"qemu/102","node":"pve1","status":"unknown","type":"qemu","vmid":102},{"cpu":0,"disk":0,"id":"qemu/9000","maxcpu":2,"maxdisk":2361393152,"maxmem":2147483648,"mem":0,"name":"tpl","node":"pve2","status":"stopped","template":1,"type":"qemu","uptime":0,"vmid":9000},{"cpu":0.001,"disk":1073741824,"id":"lxc/200","maxcpu":1,"maxdisk":8589934592,"maxmem":536870912,"mem":41943040,"name":"dns","node":"pve1","status":"running","template":0,"type":"lxc","uptime":100,"vmid":200}]"#;
+    const NODES: &str = r#"[{"cgroup-mode":2,"cpu":0.0286,"disk":12836159488,"id":"node/pve1","level":"","maxcpu":8,"maxdisk":13471539200,"maxmem":33537990656,"mem":1818017792,"node":"pve1","status":"online","type":"node","uptime":22924},{"id":"node/pve2","level":"","maxcpu":8,"maxdisk":13471539200,"maxmem":33537990656,"node":"pve2","status":"offline","type":"node"}]"#;
+    const NODE_STATUS: &str = r##"{"boot-info":{"mode":"legacy-bios"},"cpu":0,"cpuinfo":{"cores":4,"cpus":8,"flags":"fpu vme de pse sse4_1 sse4_2 ssse3 cx16 lahf_lm popcnt aes pclmulqdq","hvm":"1","mhz":"800.000","model":"Intel(R) Core(TM) i7-6700 CPU @ 3.40GHz","sockets":1,"user_hz":100},"current-kernel":{"machine":"x86_64","release":"6.8.12-15-pve","sysname":"Linux","version":"#1 SMP"},"idle":0,"ksm":{"shared":0},"kversion":"Linux 6.8.12-15-pve #1 SMP PREEMPT_DYNAMIC PMX 6.8.12-15 (2025-09-12T11:02Z)","loadavg":["0.16","0.10","0.02"],"memory":{"free":31460552704,"total":33537990656,"used":1952485376},"pveversion":"pve-manager/8.4.14/b502d23c55afcba1","rootfs":{"avail":1,"free":1,"total":2,"used":1},"swap":{"free":0,"total":0,"used":0},"uptime":23433,"wait":0}"##;
+
+    #[test]
+    fn pvesm_status_new_header() {
+        let rows = pvesm_status(PVESM_NEW).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1].name, "local-lvm");
+        assert_eq!(rows[1].kind, "lvmthin");
+        assert_eq!(rows[1].total_kib, 365_760_512);
+        assert_eq!(rows[2].status, "disabled");
+    }
+
+    #[test]
+    fn pvesm_status_old_header_and_inactive_storages() {
+        let rows = pvesm_status(PVESM_OLD).unwrap();
+        assert_eq!(rows[0].status, "disabled");
+        assert_eq!(rows[1].used_kib, 87_896_381);
+        assert_eq!(rows[2].status, "inactive");
+        assert_eq!(rows[2].total_kib, 0);
+    }
+
+    #[test]
+    fn pvesm_status_nonsense_names_the_line() {
+        let err = pvesm_status("Name Type\nlocal dir active lots 1 2 3%\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pvesm status: cannot parse output: bad number in line 'local dir active lots 1 2 3%'"
+        );
+        assert!(pvesm_status("").is_err());
+        assert!(pvesm_status("garbage\n").is_err());
+    }
+
+    #[test]
+    fn cluster_resources_with_templates_containers_and_vms_without_stats() {
+        let vms: Vec<VmResource> = json("pvesh", VMS).unwrap();
+        assert_eq!(vms.len(), 4);
+        assert_eq!(vms[0].first_tag(), Some("prod"));
+        assert_eq!(vms[1].status, "unknown");
+        assert_eq!(vms[1].tags, None);
+        assert!(vms[2].template);
+        assert!(!vms[3].is_qemu());
+        let nodes: Vec<NodeResource> = json("pvesh", NODES).unwrap();
+        assert!(nodes[0].is_online());
+        assert!(!nodes[1].is_online());
+        assert_eq!(nodes[1].mem, None);
+    }
+
+    #[test]
+    fn node_status_cpu_flags() {
+        let status: NodeStatus = json("pvesh", NODE_STATUS).unwrap();
+        assert_eq!(status.cpuinfo.cpus, 8);
+        assert!(status.cpuinfo.flags.contains("pclmulqdq"));
+        assert_eq!(status.memory.total, 33_537_990_656);
+    }
+
+    #[test]
+    fn json_errors_name_the_command_and_line() {
+        let err = json::<Vec<VmResource>>(
+            "pvesh get /cluster/resources",
+            "Use of uninitialized value\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("pvesh get /cluster/resources: cannot parse output:"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("'Use of uninitialized value'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn qm_status_and_config() {
+        assert_eq!(qm_status("status: running\n").unwrap(), "running");
+        assert!(qm_status("nonsense").is_err());
+        let config = qm_config(
+            "agent: 1\nboot: order=scsi0;ide2\ncipassword: **********\n\
+             scsi0: local-lvm:vm-101-disk-0,size=32G\nsshkeys: ssh-ed25519%20AAAA\n",
+        )
+        .unwrap();
+        assert_eq!(config["scsi0"], "local-lvm:vm-101-disk-0,size=32G");
+        assert_eq!(config["boot"], "order=scsi0;ide2");
+        assert!(qm_config("what is this\n").is_err());
+    }
+
+    #[test]
+    fn importdisk_both_final_line_forms() {
+        let new = "importing disk 'debian-12-genericcloud-amd64.qcow2' to VM 101 ...\n\
+                   transferred 0.0 B of 2.0 GiB (0.00%)\n\
+                   transferred 2.0 GiB of 2.0 GiB (100.00%)\n\
+                   transferred 2.0 GiB of 2.0 GiB (100.00%)\n\
+                   unused0: successfully imported disk 'local-lvm:vm-101-disk-0'\n";
+        assert_eq!(imported_volume(new).unwrap(), "local-lvm:vm-101-disk-0");
+        let old = "transferred 2.0 GiB of 2.0 GiB (100.00%)\n\
+                   Successfully imported disk as 'unused0:local:107/vm-107-disk-1.raw'\n";
+        assert_eq!(imported_volume(old).unwrap(), "local:107/vm-107-disk-1.raw");
+        let target = "scsi0: successfully imported disk 'local-lvm:vm-101-disk-0,size=2G'\n";
+        assert_eq!(imported_volume(target).unwrap(), "local-lvm:vm-101-disk-0");
+        let err = imported_volume("transferred 1.0 GiB of 2.0 GiB (50.00%)\n").unwrap_err();
+        assert!(
+            err.to_string().contains("last line 'transferred 1.0 GiB"),
+            "{err}"
+        );
+    }
+}

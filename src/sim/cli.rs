@@ -1,0 +1,648 @@
+//! The simulated cluster's command-line face: the `pvedeck` binary, called as
+//! `qm`, `pvesh`, `pvesm` or `ssh` (through a link of that name on `PATH`),
+//! or as `pvedeck sim <tool> …`, answers like the real tool: same argument
+//! forms, output formats, error texts and exit codes. Every call is its own
+//! process; they share the cluster through `DATA_DIR/sim` (locked).
+//!
+//! The `ssh` stand-in routes `ssh root@<node-ip> qm …` to that node and
+//! `ssh <user>@<vm-ip> <command>` to the simulated guest.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+
+use serde_json::Value;
+
+use super::{SimCluster, SimSettings};
+use crate::config::Config;
+use crate::pve::{GuestCommand, GuestTarget, PowerAction, PveError};
+
+const TOOLS: [&str; 4] = ["qm", "pvesh", "pvesm", "ssh"];
+
+/// Runs the command-line face when the process was called for it: as one of
+/// the tools, or as `pvedeck sim …`. Returns the exit code, or `None` when
+/// this is a normal server start.
+pub fn dispatch(args: &[String]) -> Option<i32> {
+    let name = args
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default();
+    let argv: Vec<String> = if TOOLS.contains(&name.as_str()) {
+        let mut argv = vec![name];
+        argv.extend(args.iter().skip(1).cloned());
+        argv
+    } else if args.get(1).map(String::as_str) == Some("sim") {
+        args.iter().skip(2).cloned().collect()
+    } else {
+        return None;
+    };
+    Some(run(argv))
+}
+
+/// A stand-in must not outlive whoever called it (a hung `qm` whose
+/// caller was killed at its timeout): it exits once its parent is gone.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(1);
+            }
+        }
+    });
+}
+
+fn run(argv: Vec<String>) -> i32 {
+    exit_with_parent();
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let settings = SimSettings::from_config(&config);
+    let sim = match SimCluster::shared(&config.data_dir.join("sim"), &settings) {
+        Ok(sim) => sim,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let node = std::env::var("PVEDECK_SIM_NODE").unwrap_or_else(|_| config.main_node.clone());
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start: {e}");
+            return 1;
+        }
+    };
+    sim.store.record_argv(&argv);
+    runtime.block_on(async {
+        let face = Face { sim: &sim, node };
+        match face.tool(&argv).await {
+            Ok(code) => code,
+            Err(e) => face.fail(e),
+        }
+    })
+}
+
+struct Face<'a> {
+    sim: &'a SimCluster,
+    /// The node this command runs on.
+    node: String,
+}
+
+/// Options that take no value (a bare `--purge` means 1).
+const FLAGS: [&str; 6] = [
+    "purge",
+    "skiplock",
+    "with-local-disks",
+    "online",
+    "force",
+    "destroy-unreferenced-disks",
+];
+
+struct Parsed {
+    positional: Vec<String>,
+    options: Vec<(String, String)>,
+}
+
+/// `qm`'s option syntax: `--key value` or `-key value`; flags may stand alone.
+fn parse(args: &[String]) -> Result<Parsed, PveError> {
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let is_option = arg.starts_with('-') && arg.parse::<f64>().is_err() && arg.len() > 1;
+        if !is_option {
+            positional.push(arg.clone());
+            i += 1;
+            continue;
+        }
+        let key = arg.trim_start_matches('-').to_string();
+        let next = args.get(i + 1);
+        let value = if FLAGS.contains(&key.as_str())
+            && next.is_none_or(|n| n.starts_with('-') || !matches!(n.as_str(), "0" | "1"))
+        {
+            i += 1;
+            "1".to_string()
+        } else {
+            let Some(value) = next else {
+                return Err(PveError::command(
+                    "qm",
+                    format!("Option {key} requires an argument\n400 unable to parse option"),
+                    255,
+                ));
+            };
+            i += 2;
+            value.clone()
+        };
+        options.push((key, value));
+    }
+    Ok(Parsed {
+        positional,
+        options,
+    })
+}
+
+fn vmid(raw: Option<&String>) -> Result<u32, PveError> {
+    let raw = raw.ok_or_else(|| PveError::command("qm", "400 not enough arguments", 255))?;
+    raw.parse::<u32>().map_err(|_| {
+        PveError::command(
+            "qm",
+            format!("400 Parameter verification failed.\nvmid: type check ('integer') failed - got '{raw}'"),
+            255,
+        )
+    })
+}
+
+fn flag(options: &[(String, String)], key: &str) -> bool {
+    options.iter().any(|(k, v)| k == key && v == "1")
+}
+
+/// `--output-format json`: one line, keys sorted, as `pvesh` prints.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let ordered: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            Value::Object(ordered.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> i32 {
+    match serde_json::to_value(value) {
+        Ok(v) => {
+            println!("{}", sorted(v));
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            255
+        }
+    }
+}
+
+fn out(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// Splits a remote command line as a POSIX shell would (quotes, backslashes).
+pub fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                word.push(n);
+                            }
+                        }
+                        _ => word.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+impl Face<'_> {
+    fn fail(&self, e: PveError) -> i32 {
+        let (message, exit) = match &e {
+            PveError::Command { message, exit, .. } => (message.clone(), exit.unwrap_or(255)),
+            other => (other.to_string(), 255),
+        };
+        eprintln!("{message}");
+        exit
+    }
+
+    async fn tool(&self, argv: &[String]) -> Result<i32, PveError> {
+        let args = &argv[1.min(argv.len())..];
+        match argv.first().map(String::as_str) {
+            Some("qm") => self.qm(args).await,
+            Some("pvesh") => self.pvesh(args).await,
+            Some("pvesm") => self.pvesm(args).await,
+            Some("ssh") => self.ssh(args).await,
+            Some("fault") => self.fault(args),
+            Some("node") => self.node_state(args),
+            Some("log") => {
+                for line in self.sim.commands() {
+                    out(&line);
+                }
+                Ok(0)
+            }
+            _ => {
+                eprintln!(
+                    "usage: pvedeck sim qm|pvesh|pvesm|ssh <args>\n       \
+                     pvedeck sim fault '<json>' | fault clear\n       \
+                     pvedeck sim node <node> online|offline\n       pvedeck sim log"
+                );
+                Ok(2)
+            }
+        }
+    }
+
+    async fn qm(&self, args: &[String]) -> Result<i32, PveError> {
+        let (verb, rest) = match args.split_first() {
+            Some((v, rest)) if v == "disk" => match rest.split_first() {
+                Some((sub, rest)) => (format!("disk {sub}"), rest),
+                None => (String::from("disk"), rest),
+            },
+            Some((v, rest)) => (v.clone(), rest),
+            None => {
+                eprintln!("USAGE: qm <COMMAND> [ARGS] [OPTIONS]");
+                return Ok(255);
+            }
+        };
+        let parsed = parse(rest)?;
+        let p = &parsed.positional;
+        let node = self.node.as_str();
+        let sim = self.sim;
+        match verb.as_str() {
+            "create" => {
+                sim.qm_create(node, vmid(p.first())?, &parsed.options)
+                    .await?
+            }
+            "set" => {
+                for line in sim.qm_set(node, vmid(p.first())?, &parsed.options).await? {
+                    out(&line);
+                }
+            }
+            "importdisk" | "disk import" => {
+                let (Some(source), Some(storage)) = (p.get(1), p.get(2)) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                sim.qm_importdisk(
+                    node,
+                    vmid(p.first())?,
+                    std::path::Path::new(source),
+                    storage,
+                    &out,
+                )
+                .await?;
+            }
+            "resize" | "disk resize" => {
+                let (Some(disk), Some(size)) = (p.get(1), p.get(2)) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                // The resize task's failure is printed, but qm exits 0.
+                if let Err(e) = sim.qm_resize(node, vmid(p.first())?, disk, size).await {
+                    eprintln!("{}", e.message());
+                }
+            }
+            "config" => {
+                for (key, value) in sim.qm_config(node, vmid(p.first())?).await? {
+                    out(&format!("{key}: {value}"));
+                }
+            }
+            "status" => out(&format!(
+                "status: {}",
+                sim.qm_status(node, vmid(p.first())?).await?
+            )),
+            "start" | "shutdown" | "reboot" | "stop" => {
+                let action = match verb.as_str() {
+                    "start" => PowerAction::Start,
+                    "shutdown" => PowerAction::Shutdown,
+                    "reboot" => PowerAction::Reboot,
+                    _ => PowerAction::Stop {
+                        skiplock: flag(&parsed.options, "skiplock"),
+                    },
+                };
+                sim.qm_power(node, vmid(p.first())?, action).await?;
+            }
+            "destroy" => {
+                let skiplock = flag(&parsed.options, "skiplock");
+                for line in sim.qm_destroy(node, vmid(p.first())?, skiplock).await? {
+                    out(&line);
+                }
+            }
+            "migrate" => {
+                let Some(target) = p.get(1) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                sim.qm_migrate(node, vmid(p.first())?, target, &out).await?;
+            }
+            other => {
+                eprintln!("ERROR: unknown command 'qm {other}'");
+                return Ok(255);
+            }
+        }
+        Ok(0)
+    }
+
+    async fn pvesh(&self, args: &[String]) -> Result<i32, PveError> {
+        let parsed = parse(args)?;
+        let p = &parsed.positional;
+        let (Some(verb), Some(path)) = (p.first(), p.get(1)) else {
+            return Err(PveError::command("pvesh", "400 not enough arguments", 255));
+        };
+        if verb != "get" {
+            return Err(PveError::command(
+                "pvesh",
+                format!("No '{verb}' handler defined for '{path}'"),
+                255,
+            ));
+        }
+        let kind = parsed
+            .options
+            .iter()
+            .find(|(k, _)| k == "type")
+            .map(|(_, v)| v.as_str());
+        let path = path.trim_end_matches('/');
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        match parts.as_slice() {
+            ["cluster", "resources"] => {
+                let vms = || async { crate::pve::Pve::cluster_vms(self.sim).await };
+                let nodes = || async { crate::pve::Pve::cluster_nodes(self.sim).await };
+                let mut all: Vec<Value> = Vec::new();
+                if kind.is_none_or(|k| k == "vm") {
+                    for vm in vms().await? {
+                        all.push(serde_json::to_value(vm).unwrap_or(Value::Null));
+                    }
+                }
+                if kind.is_none_or(|k| k == "node") {
+                    for node in nodes().await? {
+                        all.push(serde_json::to_value(node).unwrap_or(Value::Null));
+                    }
+                }
+                Ok(print_json(&all))
+            }
+            ["nodes"] => {
+                let nodes = crate::pve::Pve::cluster_nodes(self.sim).await?;
+                Ok(print_json(&nodes))
+            }
+            ["nodes", node, "status"] => {
+                let status = crate::pve::Pve::node_status(self.sim, node).await?;
+                Ok(print_json(&status))
+            }
+            _ => Err(PveError::command(
+                "pvesh",
+                format!("No 'get' handler defined for '{path}'"),
+                255,
+            )),
+        }
+    }
+
+    async fn pvesm(&self, args: &[String]) -> Result<i32, PveError> {
+        if args.first().map(String::as_str) != Some("status") {
+            eprintln!("ERROR: unknown command 'pvesm {}'", args.join(" "));
+            return Ok(255);
+        }
+        let rows = crate::pve::Pve::storage_status(self.sim, &self.node).await?;
+        let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4) + 1;
+        out(&format!(
+            "{:<width$} {:>10} {:>10} {:>15} {:>15} {:>15} {:>8}",
+            "Name", "Type", "Status", "Total (KiB)", "Used (KiB)", "Available (KiB)", "%"
+        ));
+        for r in rows {
+            if r.status == "inactive" {
+                eprintln!("storage '{}' is not online", r.name);
+            }
+            let pct = if r.status == "disabled" {
+                format!("{:>8}", "N/A")
+            } else if r.total_kib == 0 {
+                format!("{:>7.2}%", 0.0)
+            } else {
+                format!("{:>7.2}%", r.used_kib as f64 * 100.0 / r.total_kib as f64)
+            };
+            out(&format!(
+                "{:<width$} {:>10} {:>10} {:>15} {:>15} {:>15} {pct}",
+                r.name, r.kind, r.status, r.total_kib, r.used_kib, r.avail_kib
+            ));
+        }
+        Ok(0)
+    }
+
+    /// `ssh [options] user@host [command…]`.
+    async fn ssh(&self, args: &[String]) -> Result<i32, PveError> {
+        const WITH_VALUE: &str = "BbcDEeFIiJLlmOoPpQRSWw";
+        let mut i = 0;
+        let mut login = None;
+        let mut port = 22u16;
+        while i < args.len() && args[i].starts_with('-') {
+            let opt = &args[i];
+            let letter = opt.chars().nth(1).unwrap_or(' ');
+            if WITH_VALUE.contains(letter) && opt.len() == 2 {
+                let value = args.get(i + 1).cloned().unwrap_or_default();
+                match letter {
+                    'l' => login = Some(value),
+                    'p' => port = value.parse().unwrap_or(22),
+                    _ => {}
+                }
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+        let Some(destination) = args.get(i) else {
+            eprintln!("usage: ssh [options] destination [command]");
+            return Ok(255);
+        };
+        let (user, host) = match destination.split_once('@') {
+            Some((u, h)) => (u.to_string(), h.to_string()),
+            None => (login.unwrap_or_else(|| "root".into()), destination.clone()),
+        };
+        let command = args[i + 1..].join(" ");
+        let Ok(ip) = host.parse::<std::net::Ipv4Addr>() else {
+            eprintln!("ssh: Could not resolve hostname {host}: Name or service not known");
+            return Ok(255);
+        };
+
+        let node = self.sim.read(|s| {
+            s.nodes
+                .values()
+                .find(|n| n.ip == Some(ip))
+                .map(|n| (n.name.clone(), n.online))
+        });
+        if let Some((node, online)) = node {
+            if !online {
+                eprintln!("ssh: connect to host {ip} port {port}: No route to host");
+                return Ok(255);
+            }
+            if user != "root" {
+                eprintln!("{user}@{ip}: Permission denied (publickey).");
+                return Ok(255);
+            }
+            let words = shell_words(&command);
+            let face = Face {
+                sim: self.sim,
+                node,
+            };
+            return Box::pin(face.tool(&words)).await;
+        }
+
+        // A VM: the readiness probe or the init script.
+        let target = GuestTarget {
+            ip,
+            port,
+            user,
+            key: std::path::PathBuf::new(),
+        };
+        let guest = if command.trim() == "echo ready" {
+            GuestCommand::Ready
+        } else if let Some(script) = command
+            .split("/sh/")
+            .nth(1)
+            .and_then(|rest| rest.split(['\'', '"', ' ']).next())
+        {
+            // The root password comes on stdin, one line.
+            let mut password = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut password);
+            let password = password.trim_end_matches(['\n', '\r']);
+            GuestCommand::InitScript {
+                url: String::new(),
+                script: script.to_string(),
+                root_password: (!password.is_empty()).then(|| crate::config::Secret::new(password)),
+            }
+        } else {
+            eprintln!("bash: line 1: {command}: command not found");
+            return Ok(127);
+        };
+        crate::pve::Pve::guest_exec(self.sim, &target, &guest, &out).await?;
+        Ok(0)
+    }
+
+    /// `pvedeck sim fault '<json>'` or `pvedeck sim fault clear`.
+    fn fault(&self, args: &[String]) -> Result<i32, PveError> {
+        match args.first().map(String::as_str) {
+            Some("clear") => {
+                self.sim.clear_faults();
+                Ok(0)
+            }
+            Some(json) => {
+                let fault = serde_json::from_str(json)
+                    .map_err(|e| PveError::command("fault", format!("invalid fault: {e}"), 2))?;
+                self.sim
+                    .add_fault(fault)
+                    .map_err(|e| PveError::command("fault", e, 2))?;
+                Ok(0)
+            }
+            None => {
+                eprintln!("usage: pvedeck sim fault '<json>' | clear");
+                Ok(2)
+            }
+        }
+    }
+
+    /// `pvedeck sim node <node> online|offline`.
+    fn node_state(&self, args: &[String]) -> Result<i32, PveError> {
+        let online = match args.get(1).map(String::as_str) {
+            Some("online") => true,
+            Some("offline") => false,
+            _ => {
+                eprintln!("usage: pvedeck sim node <node> online|offline");
+                return Ok(2);
+            }
+        };
+        let node = args.first().cloned().unwrap_or_default();
+        self.sim.set_node_online(&node, online)?;
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_and_flags_parse_like_qm() {
+        let p = parse(&strings(&[
+            "101",
+            "--purge",
+            "--skiplock",
+            "--name",
+            "web",
+            "-cores",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!(p.positional, ["101"]);
+        assert_eq!(
+            p.options,
+            [
+                ("purge".to_string(), "1".to_string()),
+                ("skiplock".to_string(), "1".to_string()),
+                ("name".to_string(), "web".to_string()),
+                ("cores".to_string(), "2".to_string()),
+            ]
+        );
+        let p = parse(&strings(&["101", "--skiplock", "0"])).unwrap();
+        assert_eq!(p.options, [("skiplock".to_string(), "0".to_string())]);
+        assert!(parse(&strings(&["101", "--name"])).is_err());
+    }
+
+    #[test]
+    fn remote_command_lines_split_like_a_shell() {
+        assert_eq!(
+            shell_words(r#"qm set 101 --cipassword '$6$ab$cd' --name "a b" x\ y"#),
+            [
+                "qm",
+                "set",
+                "101",
+                "--cipassword",
+                "$6$ab$cd",
+                "--name",
+                "a b",
+                "x y"
+            ]
+        );
+        assert_eq!(shell_words("  qm   status 101 "), ["qm", "status", "101"]);
+        assert_eq!(shell_words("''"), [""]);
+    }
+
+    #[test]
+    fn json_keys_come_out_sorted() {
+        let v = serde_json::json!({"b": 1, "a": {"d": 2, "c": 3}});
+        assert_eq!(sorted(v).to_string(), r#"{"a":{"c":3,"d":2},"b":1}"#);
+    }
+}

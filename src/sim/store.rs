@@ -1,0 +1,195 @@
+//! Where the simulated cluster's state lives.
+//!
+//! * `Memory`: inside the server (`PVE_BACKEND=sim`), saved to
+//!   `DATA_DIR/sim/cluster.json` after every change.
+//! * `Shared`: in that file, for the simulator's command-line face: every
+//!   `qm`/`pvesh`/`pvesm`/`ssh` stand-in is its own process, so each access
+//!   takes an exclusive lock on `DATA_DIR/sim/lock`, reads the file, and
+//!   writes it back when it changed.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use super::state::ClusterState;
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while the lock was held leaves plain data behind, still
+    // consistent field by field: keep serving it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub enum Store {
+    Memory {
+        state: Mutex<ClusterState>,
+        file: Option<PathBuf>,
+        log: Mutex<Vec<String>>,
+    },
+    Shared {
+        dir: PathBuf,
+        /// The last state read: what a process keeps using should the file
+        /// ever fail to parse.
+        last: Mutex<ClusterState>,
+    },
+}
+
+fn write_atomically(file: &Path, state: &ClusterState) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
+    let tmp = file.with_extension(format!("json.tmp{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// The state file of a data directory's simulated cluster.
+pub fn state_file(dir: &Path) -> PathBuf {
+    dir.join("cluster.json")
+}
+
+impl Store {
+    pub fn memory(state: ClusterState, file: Option<PathBuf>) -> Store {
+        let store = Store::Memory {
+            state: Mutex::new(state),
+            file,
+            log: Mutex::new(Vec::new()),
+        };
+        if let Store::Memory { state, file, .. } = &store {
+            save(file.as_deref(), &lock(state));
+        }
+        store
+    }
+
+    pub fn shared(dir: PathBuf, state: ClusterState) -> Store {
+        Store::Shared {
+            dir,
+            last: Mutex::new(state),
+        }
+    }
+
+    /// Runs `f` on the state; `f` says whether it changed anything, and a
+    /// change is saved.
+    pub fn update<R>(&self, f: impl FnOnce(&mut ClusterState) -> (R, bool)) -> R {
+        match self {
+            Store::Memory { state, file, .. } => {
+                let mut state = lock(state);
+                let (out, changed) = f(&mut state);
+                if changed {
+                    save(file.as_deref(), &state);
+                }
+                out
+            }
+            Store::Shared { dir, last } => {
+                let _guard = FileLock::take(dir);
+                let mut state = self.load(dir, last);
+                let (out, changed) = f(&mut state);
+                if changed {
+                    save(Some(&state_file(dir)), &state);
+                }
+                *lock(last) = state;
+                out
+            }
+        }
+    }
+
+    pub fn change<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
+        self.update(|s| (f(s), true))
+    }
+
+    pub fn read<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> R {
+        self.update(|s| (f(s), false))
+    }
+
+    fn load(&self, dir: &Path, last: &Mutex<ClusterState>) -> ClusterState {
+        let file = state_file(dir);
+        match std::fs::read_to_string(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(
+                    "sim: cannot read {}: {e}; using the last state",
+                    file.display()
+                );
+                lock(last).clone()
+            }
+        }
+    }
+
+    /// Appends to the command log.
+    pub fn record(&self, command: &str) {
+        match self {
+            Store::Memory { log, .. } => lock(log).push(command.to_string()),
+            Store::Shared { dir, .. } => {
+                let _guard = FileLock::take(dir);
+                append(&dir.join("commands.log"), command);
+            }
+        }
+    }
+
+    /// Appends a whole argument vector (the stand-ins' record of what they
+    /// were called with).
+    pub fn record_argv(&self, argv: &[String]) {
+        if let Store::Shared { dir, .. } = self {
+            let _guard = FileLock::take(dir);
+            let line = serde_json::to_string(argv).unwrap_or_default();
+            append(&dir.join("argv.log"), &line);
+        }
+    }
+
+    pub fn commands(&self) -> Vec<String> {
+        match self {
+            Store::Memory { log, .. } => lock(log).clone(),
+            Store::Shared { dir, .. } => std::fs::read_to_string(dir.join("commands.log"))
+                .map(|t| t.lines().map(str::to_string).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+fn save(file: Option<&Path>, state: &ClusterState) {
+    let Some(file) = file else { return };
+    if let Err(e) = write_atomically(file, state) {
+        tracing::warn!("sim: cannot save the cluster to {}: {e}", file.display());
+    }
+}
+
+fn append(file: &Path, line: &str) {
+    let written = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = written {
+        tracing::warn!("sim: cannot write {}: {e}", file.display());
+    }
+}
+
+/// An exclusive lock on `<dir>/lock`, released when dropped. Without it
+/// (the directory cannot be written) the access goes on unlocked.
+struct FileLock(Option<File>);
+
+impl FileLock {
+    fn take(dir: &Path) -> FileLock {
+        let _ = std::fs::create_dir_all(dir);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))
+            .ok()
+            .filter(|f| f.lock().is_ok());
+        FileLock(file)
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            let _ = f.unlock();
+        }
+    }
+}

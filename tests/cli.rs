@@ -1,0 +1,253 @@
+//! The `cli` backend end to end: a pvedeck process whose `qm`, `pvesh`,
+//! `pvesm` and `ssh` are the simulator's command-line stand-ins, which record
+//! every argument vector they are called with.
+
+mod common;
+
+use std::path::Path;
+
+const PASSWORD: &str = "pw-Secret-123";
+const ROOT_PASSWORD: &str = "root-Secret-456";
+
+async fn cli_server(data_dir: &Path, vars: &[(&str, &str)]) -> (std::process::Child, String) {
+    let data = data_dir.to_string_lossy().into_owned();
+    let defaults = [
+        ("PORT", "0"),
+        ("BIND_ADDR", "127.0.0.1"),
+        ("DATA_DIR", data.as_str()),
+        ("SIM_SPEED", "2000"),
+        ("SIM_JITTER", "0"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut env = common::cli_env(data_dir, defaults, false).await;
+    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    common::start_process(data_dir, &env)
+}
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Every argument vector the stand-ins were called with, in order.
+fn argvs(data_dir: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(data_dir.join("sim/argv.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("argv JSON"))
+        .collect()
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_password() {
+    let dir = common::temp_dir("argv");
+    let (child, url) = cli_server(&dir, &[("VM_ROOT_PASSWORD", ROOT_PASSWORD)]).await;
+    let _server = Killed(child);
+    let body = format!(r#"{{"os":"debian","version":"12","name":"web","passwd":"{PASSWORD}"}}"#);
+    let (job, events) = common::install(&url, &body).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+
+    let all = argvs(&dir);
+    for argv in &all {
+        let line = argv.join(" ");
+        assert!(!line.contains(PASSWORD), "password in argv: {line}");
+        assert!(
+            !line.contains(ROOT_PASSWORD),
+            "root password in argv: {line}"
+        );
+    }
+
+    let qm: Vec<&Vec<String>> = all.iter().filter(|a| a[0] == "qm").collect();
+    let create = qm.iter().find(|a| a[1] == "create").expect("qm create");
+    assert_eq!(
+        **create,
+        strings(&[
+            "qm",
+            "create",
+            "106",
+            "--name",
+            "web-106",
+            "--cores",
+            "2",
+            "--cpu",
+            "x86-64-v2-AES",
+            "--scsihw",
+            "virtio-scsi-pci",
+            "--memory",
+            "2048",
+            "--ostype",
+            "l26",
+            "--agent",
+            "1",
+            "--net0",
+            "virtio,bridge=vmbr0",
+            "--serial0",
+            "socket",
+        ])
+    );
+    let sets: Vec<&Vec<String>> = qm
+        .iter()
+        .filter(|a| a[1] == "set" || a[1] == "resize")
+        .copied()
+        .collect();
+    assert_eq!(sets.len(), 9, "{sets:#?}");
+    let keys_file = &sets[0][4];
+    assert_eq!(sets[0][..4], strings(&["qm", "set", "106", "--sshkeys"]));
+    assert!(keys_file.contains("/tmp/sshkeys-"), "{keys_file}");
+    assert!(
+        !Path::new(keys_file).exists(),
+        "the key file is removed afterwards"
+    );
+    assert_eq!(
+        sets[1][..6],
+        strings(&["qm", "set", "106", "--ciuser", "debian", "--cipassword"])
+    );
+    assert!(sets[1][6].starts_with("$6$"), "a SHA-512 crypt hash");
+    let rest: Vec<Vec<String>> = sets[2..].iter().map(|a| a.to_vec()).collect();
+    assert_eq!(
+        rest,
+        vec![
+            strings(&["qm", "set", "106", "--ciupgrade", "0"]),
+            strings(&["qm", "set", "106", "--tags", "debian"]),
+            strings(&["qm", "set", "106", "--scsi0", "local-zfs:vm-106-disk-0"]),
+            strings(&["qm", "set", "106", "--ide2", "local-zfs:cloudinit"]),
+            strings(&["qm", "set", "106", "--boot", "c", "--bootdisk", "scsi0"]),
+            strings(&["qm", "resize", "106", "scsi0", "16G"]),
+            strings(&[
+                "qm",
+                "set",
+                "106",
+                "--ipconfig0",
+                "ip=127.0.0.106/24,gw=127.0.0.1"
+            ]),
+        ]
+    );
+    let import = qm
+        .iter()
+        .find(|a| a[1] == "importdisk")
+        .expect("qm importdisk");
+    assert_eq!(import[2], "106");
+    assert!(import[3].ends_with("images/debian-12-generic-amd64.qcow2"));
+    assert_eq!(import[4], "local-zfs");
+    // The VM's address was reached with pvedeck's key, as the requested user.
+    assert!(all.iter().any(|a| a[0] == "ssh"
+        && a.contains(&"debian@127.0.0.106".to_string())
+        && a.last().is_some_and(|c| c == "echo ready")));
+
+    // No secret in the events, the job database or the log.
+    let detail = common::json(&format!("{url}/api/jobs/{job}"))
+        .await
+        .to_string();
+    for secret in [PASSWORD, ROOT_PASSWORD] {
+        assert!(!detail.contains(secret), "secret in the job's events");
+        for file in [
+            "pvedeck.db",
+            "pvedeck.db-wal",
+            "server.log",
+            "sim/cluster.json",
+        ] {
+            let bytes = std::fs::read(dir.join(file)).unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(secret), "secret in {file}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn commands_for_a_vm_on_another_node_go_through_ssh_to_that_node() {
+    let dir = common::temp_dir("route");
+    let (child, url) = cli_server(&dir, &[]).await;
+    let _server = Killed(child);
+    // 104 lives on pve2 (127.0.0.12).
+    assert_eq!(
+        common::post(&format!("{url}/api/vm/104/stop")).await,
+        (200, "ok".into())
+    );
+    let all = argvs(&dir);
+    let ssh = all
+        .iter()
+        .find(|a| a[0] == "ssh" && a.last().is_some_and(|c| c == "qm stop 104"))
+        .expect("ssh root@pve2 qm stop 104");
+    assert_eq!(
+        ssh[..6],
+        strings(&[
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            "root@127.0.0.12"
+        ])
+    );
+    assert_eq!(
+        common::get(&format!("{url}/api/vm/104/status")).await.1,
+        "stopped"
+    );
+}
+
+#[tokio::test]
+async fn a_node_without_an_address_is_a_clear_error() {
+    let dir = common::temp_dir("noaddr");
+    let (child, url) = cli_server(&dir, &[("NODE_pve3", "")]).await;
+    let _server = Killed(child);
+    // 110 lives on pve3, whose NODE_pve3 is not set.
+    let (status, body) = common::post(&format!("{url}/api/vm/110/stop")).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("no address for node 'pve3': set NODE_pve3"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn output_that_does_not_parse_is_an_error_naming_command_and_line() {
+    let dir = common::temp_dir("garbage");
+    // A `pvesh` that prints nonsense, ahead of the stand-ins on PATH.
+    let bin = common::temp_dir("garbage-bin");
+    let fake = bin.join("pvesh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'Use of uninitialized value $x in concatenation'\n",
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&fake, perms).unwrap();
+
+    let data = dir.to_string_lossy().into_owned();
+    let defaults = vec![
+        ("PORT".to_string(), "0".to_string()),
+        ("BIND_ADDR".to_string(), "127.0.0.1".to_string()),
+        ("DATA_DIR".to_string(), data),
+    ];
+    let mut env = common::cli_env(&dir, defaults, false).await;
+    for (k, v) in env.iter_mut() {
+        if k == "PATH" {
+            *v = format!("{}:{v}", bin.display());
+        }
+    }
+    let (child, url) = common::start_process(&dir, &env);
+    let _server = Killed(child);
+    let (status, body) = common::get(&format!("{url}/api/vm/list")).await;
+    assert_eq!(status, 500);
+    assert!(
+        body.starts_with(
+            "pvesh get /cluster/resources --type vm --output-format json: cannot parse output:"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("'Use of uninitialized value $x in concatenation'"),
+        "{body}"
+    );
+}
