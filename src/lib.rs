@@ -16,4 +16,4 @@ mod secret;
 pub mod server;
 pub mod sim;
 pub mod store;
-mod ui;
+pub mod ui;

@@ -99,7 +99,7 @@ pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
         sim,
     };
 
-    let backend = SharedBackend(engine);
+    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(engine)));
     let context = move || provide_context(backend.clone());
     let routes = generate_route_list(App);
 

@@ -1,22 +1,139 @@
 //! Server functions: thin calls into the server's engine (see `backend`).
 //! Their URLs live under `/fn/` so that `/api/` stays go-pve-qemu's.
+//!
+//! A refusal of the engine (400, 403, 409…) is an answer, not a failed
+//! request: it comes back inside `Ok`, so that the browser does not log a
+//! failed request for a message the page shows. Call `.and_then(|a| a)`.
 
 use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
 
-use crate::types::VmList;
+use crate::types::{
+    Catalog, InstallForm, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList,
+};
+
+/// What the engine answered: the value, or its refusal.
+pub type Answer<T> = Result<T, UiError>;
+
+/// The cookie that holds a UI session's token (when `API_TOKENS` is set).
+pub const SESSION_COOKIE: &str = "pvedeck_session";
 
 #[cfg(feature = "ssr")]
-fn backend() -> Result<crate::backend::SharedBackend, ServerFnError> {
-    use_context::<crate::backend::SharedBackend>()
-        .ok_or_else(|| ServerFnError::new("the server did not provide its engine"))
+mod server {
+    use std::net::SocketAddr;
+
+    use axum::extract::ConnectInfo;
+    use axum::http::HeaderMap;
+    use leptos::prelude::*;
+
+    use crate::backend::{Caller, SharedBackend};
+    use crate::types::UiError;
+
+    pub fn backend() -> Result<SharedBackend, UiError> {
+        use_context::<SharedBackend>().ok_or_else(|| UiError {
+            status: 500,
+            message: "the server did not provide its engine".to_string(),
+        })
+    }
+
+    /// Who asks: the client's address and its session token.
+    pub async fn caller() -> Caller {
+        let ip = leptos_axum::extract::<ConnectInfo<SocketAddr>>()
+            .await
+            .ok()
+            .map(|ConnectInfo(addr)| addr.ip());
+        let token = leptos_axum::extract::<HeaderMap>()
+            .await
+            .ok()
+            .and_then(|headers| {
+                headers
+                    .get_all(axum::http::header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(';'))
+                    .filter_map(|pair| pair.trim().split_once('='))
+                    .find(|(name, _)| *name == super::SESSION_COOKIE)
+                    .map(|(_, value)| value.to_string())
+            });
+        Caller { ip, token }
+    }
 }
 
 /// The cluster overview: every VM and every node.
 #[server(prefix = "/fn", endpoint = "overview")]
-pub async fn get_overview() -> Result<VmList, ServerFnError> {
-    backend()?
-        .0
-        .list(crate::types::ListFilter::All)
-        .await
-        .map_err(ServerFnError::new)
+pub async fn get_overview() -> Result<Answer<VmList>, UiError> {
+    Ok(server::backend()?.0.list().await)
+}
+
+/// The OS table, the limits and the nodes, for the create form.
+#[server(prefix = "/fn", endpoint = "catalog")]
+pub async fn get_catalog() -> Result<Answer<Catalog>, UiError> {
+    Ok(server::backend()?.0.catalog().await)
+}
+
+#[server(prefix = "/fn", endpoint = "vm")]
+pub async fn get_vm(vmid: u32) -> Result<Answer<VmDetail>, UiError> {
+    Ok(server::backend()?.0.vm(vmid).await)
+}
+
+#[server(prefix = "/fn", endpoint = "jobs")]
+pub async fn get_jobs() -> Result<Answer<Vec<Job>>, UiError> {
+    Ok(server::backend()?.0.jobs().await)
+}
+
+#[server(prefix = "/fn", endpoint = "job")]
+pub async fn get_job(id: u64) -> Result<Answer<JobDetail>, UiError> {
+    Ok(server::backend()?.0.job(id).await)
+}
+
+/// Starts an install; returns its job id.
+#[server(prefix = "/fn", endpoint = "install", input = Json)]
+pub async fn start_install(form: InstallForm) -> Result<Answer<u64>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.install(caller, form).await)
+}
+
+/// A power action or destroy; start and reboot return their job id.
+#[server(prefix = "/fn", endpoint = "action", input = Json)]
+pub async fn act_on_vm(vmid: u32, action: VmAction) -> Result<Answer<Option<u64>>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.action(caller, vmid, action).await)
+}
+
+#[server(prefix = "/fn", endpoint = "resize", input = Json)]
+pub async fn resize_vm(vmid: u32, what: Resize, value: String) -> Result<Answer<()>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.resize(caller, vmid, what, value).await)
+}
+
+/// Moves a VM to another node; returns the migration's job id.
+#[server(prefix = "/fn", endpoint = "migrate", input = Json)]
+pub async fn migrate_vm(vmid: u32, node: String) -> Result<Answer<u64>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.migrate(caller, vmid, node).await)
+}
+
+/// Whether this server wants a login before changes (`API_TOKENS`).
+#[server(prefix = "/fn", endpoint = "needs-login")]
+pub async fn needs_login() -> Result<bool, UiError> {
+    Ok(server::backend()?.0.needs_login())
+}
+
+/// Checks a token and keeps it in an HttpOnly session cookie.
+#[server(prefix = "/fn", endpoint = "login", input = Json)]
+pub async fn login(token: String) -> Result<Answer<()>, UiError> {
+    if let Err(refused) = server::backend()?.0.check_token(&token) {
+        return Ok(Err(refused));
+    }
+    let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+    let Ok(value) = axum::http::HeaderValue::from_str(&cookie) else {
+        return Ok(Err(UiError {
+            status: 400,
+            message: "the token holds characters a cookie cannot".to_string(),
+        }));
+    };
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.insert_header(axum::http::header::SET_COOKIE, value);
+    }
+    Ok(Ok(()))
 }

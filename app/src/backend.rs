@@ -1,14 +1,52 @@
 //! What the server functions need from the server, declared here so that the
 //! app does not depend on the server crate; the server implements it over its
-//! engine and provides it as context.
+//! engine (the same calls `/api` makes) and provides it as context.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::types::{ListFilter, VmList};
+use crate::types::{
+    Catalog, InstallForm, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList,
+};
+
+/// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
+/// token (`API_TOKENS`).
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    pub ip: Option<IpAddr>,
+    pub token: Option<String>,
+}
 
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
-    async fn list(&self, filter: ListFilter) -> Result<VmList, String>;
+    /// Whether changes need a token (`API_TOKENS` is set): the UI then asks
+    /// to log in.
+    fn needs_login(&self) -> bool;
+    /// Checks a token for the login form.
+    fn check_token(&self, token: &str) -> Result<(), UiError>;
+    async fn list(&self) -> Result<VmList, UiError>;
+    async fn catalog(&self) -> Result<Catalog, UiError>;
+    async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError>;
+    async fn jobs(&self) -> Result<Vec<Job>, UiError>;
+    async fn job(&self, id: u64) -> Result<JobDetail, UiError>;
+
+    // State-changing calls say who asks.
+    async fn install(&self, caller: Caller, form: InstallForm) -> Result<u64, UiError>;
+    /// A job id for the streamed actions (start, reboot).
+    async fn action(
+        &self,
+        caller: Caller,
+        vmid: u32,
+        action: VmAction,
+    ) -> Result<Option<u64>, UiError>;
+    async fn resize(
+        &self,
+        caller: Caller,
+        vmid: u32,
+        what: Resize,
+        value: String,
+    ) -> Result<(), UiError>;
+    async fn migrate(&self, caller: Caller, vmid: u32, node: String) -> Result<u64, UiError>;
 }
 
 #[derive(Clone)]

@@ -26,3 +26,52 @@ mod tests {
         assert_eq!(width(180.0), "width: 100%");
     }
 }
+
+/// `2026-12-03 10:15:02` (UTC) from unix milliseconds.
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `4.2s`, `1m 23s`, `2h 5m`.
+pub fn duration(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{}m {}s", ms / 60_000, ms % 60_000 / 1000)
+    } else {
+        format!("{}h {}m", ms / 3_600_000, ms % 3_600_000 / 60_000)
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_durations() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_796_290_397_159), "2026-12-03 09:33:17");
+        assert_eq!(duration(4_200), "4.2s");
+        assert_eq!(duration(83_000), "1m 23s");
+        assert_eq!(duration(7_500_000), "2h 5m");
+    }
+}

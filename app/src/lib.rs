@@ -5,8 +5,12 @@ pub mod api;
 #[cfg(feature = "ssr")]
 pub mod backend;
 mod components;
-mod format;
+pub mod format;
+#[cfg(feature = "hydrate")]
+mod live;
 mod pages;
+pub mod rules;
+pub mod timeline;
 pub mod types;
 
 use leptos::prelude::*;
@@ -17,6 +21,10 @@ use leptos_router::{
     path,
 };
 
+use pages::jobs::{JobPage, Jobs};
+use pages::login::Login;
+use pages::new_vm::NewVm;
+use pages::vm::VmPage;
 use pages::{not_found::NotFound, overview::Overview};
 
 /// The stem of the built files under `/pkg` (`pvedeck.js`, `pvedeck_bg.wasm`,
@@ -58,12 +66,19 @@ pub fn App() -> impl IntoView {
             <header class="topbar">
                 <A href="/" attr:class="brand">"pvedeck"</A>
                 <nav aria-label="main">
-                    <A href="/">"Overview"</A>
+                    <A href="/" exact=true>"Overview"</A>
+                    <A href="/new">"New VM"</A>
+                    <A href="/jobs">"Jobs"</A>
                 </nav>
             </header>
             <main data-hydrated=move || hydrated.get().to_string()>
                 <Routes fallback=NotFound>
                     <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
+                    <Route path=path!("/new") view=NewVm ssr=SsrMode::Async/>
+                    <Route path=path!("/vm/:id") view=VmPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs") view=Jobs ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs/:id") view=JobPage ssr=SsrMode::Async/>
+                    <Route path=path!("/login") view=Login ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

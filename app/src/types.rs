@@ -182,3 +182,127 @@ pub struct Job {
     /// Set when the job failed: the `step` that failed.
     pub failed_step: Option<String>,
 }
+
+/// A job and its whole timeline so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub job: Job,
+    pub events: Vec<JobEvent>,
+}
+
+/// An OS pvedeck installs, with its versions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsInfo {
+    pub os: String,
+    pub versions: Vec<String>,
+    pub default_user: String,
+}
+
+/// What the create form needs from the server: the OS table, the limits of
+/// its configuration (`VM_MAX_*`), the nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    pub oses: Vec<OsInfo>,
+    pub max_cpu: Option<u32>,
+    pub max_ram_mb: Option<u32>,
+    pub max_disk_gb: Option<u32>,
+    pub nodes: Vec<String>,
+    pub main_node: String,
+}
+
+/// The create form, as `POST /api/vm/install` takes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstallForm {
+    pub os: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub cpu: i64,
+    pub ram: i64,
+    pub disk: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub passwd: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pubkey: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VmAction {
+    Start,
+    Stop,
+    Shutdown,
+    Reboot,
+    Destroy,
+}
+
+impl VmAction {
+    pub fn label(self) -> &'static str {
+        match self {
+            VmAction::Start => "Start",
+            VmAction::Stop => "Stop",
+            VmAction::Shutdown => "Shut down",
+            VmAction::Reboot => "Reboot",
+            VmAction::Destroy => "Destroy",
+        }
+    }
+
+    /// go-pve-qemu's preconditions: these need the VM running, the others stopped.
+    pub fn needs_running(self) -> bool {
+        matches!(self, VmAction::Stop | VmAction::Shutdown | VmAction::Reboot)
+    }
+}
+
+/// What can be resized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resize {
+    Cpu,
+    Memory,
+    Disk,
+}
+
+/// One VM for its page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmDetail {
+    pub vm: VmSummary,
+    /// `qm config`, as Proxmox shows it (the password masked).
+    pub config: Vec<(String, String)>,
+    /// Nodes it could move to: online, not its own.
+    pub targets: Vec<String>,
+    pub max_cpu: Option<u32>,
+    pub max_ram_mb: Option<u32>,
+    pub max_disk_gb: Option<u32>,
+}
+
+/// A refusal or failure as the UI shows it: the HTTP status the API would
+/// have answered and the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl std::fmt::Display for UiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UiError {}
+
+impl leptos::server_fn::error::FromServerFnError for UiError {
+    type Encoder = leptos::server_fn::codec::JsonEncoding;
+
+    fn from_server_fn_error(value: leptos::server_fn::error::ServerFnErrorErr) -> Self {
+        UiError {
+            status: 500,
+            message: value.to_string(),
+        }
+    }
+}

@@ -36,7 +36,11 @@ export async function openPage(browser, options = {}) {
     if (msg.type() === 'error') errors.push(`console: ${msg.text()}`);
   });
   page.on('pageerror', (err) => errors.push(`page: ${err.message}`));
-  page.on('requestfailed', (req) => errors.push(`request failed: ${req.url()}`));
+  // A request the page itself abandons (a live stream when navigating away)
+  // is not a failure.
+  page.on('requestfailed', (req) => {
+    if (req.failure()?.errorText !== 'net::ERR_ABORTED') errors.push(`request failed: ${req.url()}`);
+  });
   return { page, errors };
 }
 
@@ -54,4 +58,25 @@ export async function post(path) {
   const res = await fetch(BASE_URL + path, { method: 'POST' });
   if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`);
   return res.text();
+}
+
+export async function postJson(path, body) {
+  const res = await fetch(BASE_URL + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`);
+  return res.text();
+}
+
+export async function getJson(path) {
+  const res = await fetch(BASE_URL + path);
+  if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+export async function clearFaults() {
+  const res = await fetch(BASE_URL + '/api/sim/faults', { method: 'DELETE' });
+  if (!res.ok) throw new Error(`DELETE faults: ${res.status}`);
 }

@@ -30,25 +30,32 @@ impl ApiError {
     }
 }
 
+/// The status and text an engine error answers with, on `/api` and in the
+/// UI's server functions alike.
+pub fn status_of(e: &EngineError) -> (StatusCode, String) {
+    let status = match e {
+        EngineError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        EngineError::NotFound(_) | EngineError::Pve(PveError::NoSuchNode(_)) => {
+            StatusCode::NOT_FOUND
+        }
+        EngineError::Conflict(_) => StatusCode::CONFLICT,
+        EngineError::Forbidden(_) => StatusCode::FORBIDDEN,
+        EngineError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+        EngineError::Pve(_) | EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let message = match e {
+        EngineError::Pve(PveError::Command {
+            command, message, ..
+        }) => format!("{command}: {}", crate::engine::one_line(message)),
+        other => other.to_string(),
+    };
+    (status, message)
+}
+
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
-        let status = match &e {
-            EngineError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            EngineError::NotFound(_) | EngineError::Pve(PveError::NoSuchNode(_)) => {
-                StatusCode::NOT_FOUND
-            }
-            EngineError::Conflict(_) => StatusCode::CONFLICT,
-            EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
-            EngineError::Pve(_) | EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        let message = match &e {
-            EngineError::Pve(PveError::Command {
-                command, message, ..
-            }) => {
-                format!("{command}: {}", crate::engine::one_line(message))
-            }
-            other => other.to_string(),
-        };
+        let (status, message) = status_of(&e);
         ApiError::new(status, message)
     }
 }

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use crate::server::AppState;
-pub use error::ApiError;
+pub use error::{ApiError, status_of};
 
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()

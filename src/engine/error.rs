@@ -15,6 +15,12 @@ pub enum EngineError {
     /// taken): 409.
     #[error("{0}")]
     Conflict(String),
+    /// The client may not change anything (`ALLOW_IPS`): 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A valid token is needed (`API_TOKENS`): 401.
+    #[error("{0}")]
+    Unauthorized(String),
     #[error(transparent)]
     Pve(#[from] PveError),
     #[error(transparent)]

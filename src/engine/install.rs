@@ -150,6 +150,15 @@ impl Engine {
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
             Err((failure, vmid)) => {
+                // The error first, at the step that failed; then what was
+                // done about the VM.
+                job.emit(app::types::StepEvent {
+                    step: failure.step.clone(),
+                    status: app::types::StepStatus::Error,
+                    message: failure.message,
+                    vm_id: None,
+                    ip: None,
+                });
                 let outcome = match (failure.cleanup, vmid) {
                     (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
                     (Cleanup::Keep, Some((vmid, _))) => {
@@ -161,13 +170,6 @@ impl Engine {
                         self.destroy_half_made(&job, vmid, &node).await
                     }
                 };
-                job.emit(app::types::StepEvent {
-                    step: failure.step.clone(),
-                    status: app::types::StepStatus::Error,
-                    message: failure.message,
-                    vm_id: None,
-                    ip: None,
-                });
                 job.finish(JobState::Failed, Some(outcome), Some(&failure.step));
             }
         }

@@ -1,8 +1,10 @@
 //! The provisioning engine: every rule of SPEC §2–§5 lives here once, behind
 //! both faces (the `/api` handlers and the UI's server functions).
 
+mod access;
 mod allocator;
 mod cpu;
+mod detail;
 mod error;
 mod images;
 mod install;

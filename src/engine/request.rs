@@ -60,56 +60,8 @@ pub fn integer(map: &Map<String, Value>, field: &str) -> Result<Option<i64>, Eng
     }
 }
 
-/// `16G` → 16. Only whole gigabytes, as go-pve-qemu read them.
-pub fn parse_gigabytes(raw: &str) -> Option<u64> {
-    let digits = raw.strip_suffix('G')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 6 {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// A host name label: what `<name>-<vmid>` must stay.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A Linux user name as `useradd` accepts it by default.
-pub fn is_linux_user(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    !s.is_empty()
-        && s.len() <= 32
-        && bytes
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
-/// One OpenSSH public key line: `<type> <base64> [comment]`.
-pub fn is_openssh_key(s: &str) -> bool {
-    if s.contains(['\n', '\r']) {
-        return false;
-    }
-    let mut parts = s.split_whitespace();
-    let (Some(kind), Some(blob)) = (parts.next(), parts.next()) else {
-        return false;
-    };
-    let known = matches!(kind, "ssh-ed25519" | "ssh-rsa" | "ssh-dss")
-        || kind.starts_with("ecdsa-sha2-nistp")
-        || kind.starts_with("sk-ssh-ed25519@")
-        || kind.starts_with("sk-ecdsa-sha2-");
-    // The base64 blob starts with the encoded key type: "AAAA" + length.
-    known
-        && blob.len() >= 32
-        && blob.starts_with("AAAA")
-        && blob
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
-}
+pub use app::rules::{is_dns_label, is_linux_user, is_openssh_key, parse_gigabytes};
+use app::rules::{is_vm_name, messages};
 
 impl InstallRequest {
     pub fn parse(body: &[u8], config: &Config) -> Result<InstallRequest, EngineError> {
@@ -137,11 +89,8 @@ impl InstallRequest {
 
         let name = string(&map, "name")?.unwrap_or_default();
         // `<name>-<vmid>` must still be a host name label.
-        let valid_name = name.is_empty() || (is_dns_label(&name) && name.len() <= 59);
-        if !valid_name {
-            return Err(bad(format!(
-                "name '{name}' is not a valid host name (letters, digits and inner '-', at most 59)"
-            )));
+        if !is_vm_name(&name) {
+            return Err(bad(messages::name(&name)));
         }
 
         let id = match integer(&map, "id")? {
@@ -181,18 +130,13 @@ impl InstallRequest {
         };
         let disk_gb = match string(&map, "disk")?.filter(|d| !d.is_empty()) {
             None => 16,
-            Some(d) => parse_gigabytes(&d)
-                .ok_or_else(|| bad(format!("disk '{d}' is not a size like 16G")))?,
+            Some(d) => parse_gigabytes(&d).ok_or_else(|| bad(messages::disk(&d)))?,
         };
 
         let user = match string(&map, "user")?.filter(|u| !u.is_empty()) {
             None => release.default_user.to_string(),
             Some(u) if is_linux_user(&u) => u,
-            Some(u) => {
-                return Err(bad(format!(
-                    "user '{u}' is not a valid Linux user name (lower-case letters, digits, '_' and '-')"
-                )));
-            }
+            Some(u) => return Err(bad(messages::user(&u))),
         };
         let passwd = match string(&map, "passwd")?.filter(|p| !p.is_empty()) {
             None => Secret::new("passwd"),
@@ -205,11 +149,7 @@ impl InstallRequest {
             None => None,
             Some(k) if k.is_empty() => None,
             Some(k) if is_openssh_key(&k) => Some(k),
-            Some(_) => {
-                return Err(bad(
-                    "pubkey is not an OpenSSH public key (like 'ssh-ed25519 AAAA… comment')",
-                ));
-            }
+            Some(_) => return Err(bad(messages::PUBKEY)),
         };
 
         Ok(InstallRequest {
@@ -312,16 +252,5 @@ mod tests {
             refused(r#"{"os":"debian","version":"12","name":7}"#),
             "name must be a string"
         );
-    }
-
-    #[test]
-    fn gigabytes_and_keys() {
-        assert_eq!(parse_gigabytes("40G"), Some(40));
-        assert_eq!(parse_gigabytes("G"), None);
-        assert_eq!(parse_gigabytes("-4G"), None);
-        assert!(is_openssh_key(KEY));
-        assert!(!is_openssh_key(&format!("{KEY}\nssh-rsa AAAA")));
-        assert!(is_linux_user("deploy"));
-        assert!(!is_linux_user("9lives"));
     }
 }

@@ -1,3 +1,6 @@
 pub mod bar;
 pub mod node_card;
+pub mod options;
+pub mod timeline;
+pub mod vm_actions;
 pub mod vm_table;

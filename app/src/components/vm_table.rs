@@ -1,6 +1,9 @@
 use leptos::prelude::*;
+use leptos_router::components::A;
 
+use crate::components::vm_actions::{Outcome, VmActions};
 use crate::format::num;
+use crate::pages::overview::row_key;
 use crate::types::{ListFilter, VmSummary};
 
 fn state_label(vm: &VmSummary) -> String {
@@ -11,12 +14,15 @@ fn state_label(vm: &VmSummary) -> String {
 }
 
 #[component]
-pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
-    let (filter, set_filter) = signal(ListFilter::All);
-    let total = vms.len();
-    let vms = StoredValue::new(vms);
+pub fn VmTable(
+    vms: Signal<Vec<VmSummary>>,
+    filter: RwSignal<ListFilter>,
+    confirming: RwSignal<Option<u32>>,
+    busy: RwSignal<Option<u32>>,
+    on_outcome: Callback<Outcome>,
+) -> impl IntoView {
     let shown = move || {
-        vms.with_value(|vms| {
+        vms.with(|vms| {
             vms.iter()
                 .filter(|vm| match filter.get() {
                     ListFilter::All => true,
@@ -33,7 +39,7 @@ pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
                 type="button"
                 class="filter"
                 aria-pressed=move || (filter.get() == value).to_string()
-                on:click=move |_| set_filter.set(value)
+                on:click=move |_| filter.set(value)
             >
                 {text}
             </button>
@@ -43,7 +49,7 @@ pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
     view! {
         <section class="vms" aria-label="virtual machines">
             <div class="vms-head">
-                <h2>"Virtual machines " <span class="count">{format!("({total})")}</span></h2>
+                <h2>"Virtual machines " <span class="count">{move || format!("({})", vms.with(Vec::len))}</span></h2>
                 <div class="filters" role="group" aria-label="show">
                     {choice(ListFilter::All, "All")}
                     {choice(ListFilter::Running, "Running")}
@@ -63,12 +69,19 @@ pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
                             <th scope="col" class="num">"RAM (GiB)"</th>
                             <th scope="col" class="num">"Disk (GiB)"</th>
                             <th scope="col">"IP"</th>
+                            <th scope="col">"Actions"</th>
                         </tr>
                     </thead>
                     <tbody>
-                        <For each=shown key=|vm| (vm.vmid, vm.status.clone()) let:vm>
+                        <For each=shown key=row_key let:vm>
                             <tr data-vmid=vm.vmid class=format!("state-{}", vm.status)>
-                                <td>{vm.vmid}</td>
+                                <td>
+                                    {if vm.reserved {
+                                        vm.vmid.to_string().into_any()
+                                    } else {
+                                        view! { <A href=format!("/vm/{}", vm.vmid)>{vm.vmid}</A> }.into_any()
+                                    }}
+                                </td>
                                 <td>{vm.name.clone()}</td>
                                 <td>{vm.os.clone()}</td>
                                 <td>{vm.node.clone()}</td>
@@ -83,6 +96,11 @@ pub fn VmTable(vms: Vec<VmSummary>) -> impl IntoView {
                                 </td>
                                 <td class="num">{num(vm.disk)}</td>
                                 <td><code>{vm.ip.clone()}</code></td>
+                                <td class="actions-cell">
+                                    {(!vm.reserved).then(|| view! {
+                                        <VmActions vm=vm.clone() confirming busy on_outcome/>
+                                    })}
+                                </td>
                             </tr>
                         </For>
                     </tbody>

@@ -1,2 +1,6 @@
+pub mod jobs;
+pub mod login;
+pub mod new_vm;
 pub mod not_found;
 pub mod overview;
+pub mod vm;

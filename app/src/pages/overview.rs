@@ -1,10 +1,12 @@
 use std::time::Duration;
 
-use leptos::either::Either;
 use leptos::prelude::*;
 
 use crate::api::get_overview;
-use crate::components::{node_card::NodeCard, vm_table::VmTable};
+use crate::components::node_card::NodeCard;
+use crate::components::vm_actions::{Outcome, OutcomeNote};
+use crate::components::vm_table::VmTable;
+use crate::types::{ListFilter, NodeSummary, VmSummary};
 
 /// How often the overview asks the server again once hydrated.
 const REFRESH: Duration = Duration::from_secs(2);
@@ -12,7 +14,10 @@ const REFRESH: Duration = Duration::from_secs(2);
 #[component]
 pub fn Overview() -> impl IntoView {
     let (tick, set_tick) = signal(0u64);
-    let overview = Resource::new(move || tick.get(), |_| get_overview());
+    let overview = Resource::new(
+        move || tick.get(),
+        |_| async { get_overview().await.and_then(|a| a) },
+    );
 
     // Effects run in the browser only: the server renders once, the hydrated
     // page keeps itself current.
@@ -23,22 +28,41 @@ pub fn Overview() -> impl IntoView {
         }
     });
 
+    // State that must outlive each refresh of the list.
+    let filter = RwSignal::new(ListFilter::All);
+    let confirming = RwSignal::new(None::<u32>);
+    let busy = RwSignal::new(None::<u32>);
+    let outcome = RwSignal::new(None::<Outcome>);
+    let on_outcome = Callback::new(move |o| {
+        outcome.set(Some(o));
+        set_tick.update(|t| *t += 1);
+    });
+
+    let data = move || overview.get().and_then(Result::ok);
+    let nodes = Signal::derive(move || data().map(|d| d.cluster).unwrap_or_default());
+    let vms = Signal::derive(move || data().map(|d| d.list).unwrap_or_default());
+
     view! {
         <h1>"Cluster overview"</h1>
+        <OutcomeNote outcome/>
         <Transition fallback=|| view! { <p class="loading">"Reading the cluster…"</p> }>
-            {move || Suspend::new(async move {
-                match overview.await {
-                    Ok(data) => Either::Left(view! {
-                        <section class="nodes" aria-label="nodes">
-                            {data.cluster.into_iter().map(|node| view! { <NodeCard node/> }).collect_view()}
-                        </section>
-                        <VmTable vms=data.list/>
-                    }),
-                    Err(e) => Either::Right(view! {
-                        <p class="error" role="alert">"Cannot read the cluster: " {e.to_string()}</p>
-                    }),
-                }
-            })}
+            {move || {
+                overview.get().and_then(Result::err).map(|e| view! {
+                    <p class="error" role="alert">"Cannot read the cluster: " {e.message}</p>
+                })
+            }}
+            <section class="nodes" aria-label="nodes">
+                <For each=move || nodes.get() key=|n: &NodeSummary| format!("{n:?}") let:node>
+                    <NodeCard node/>
+                </For>
+            </section>
+            <VmTable vms filter confirming busy on_outcome/>
         </Transition>
     }
+}
+
+/// Rows keyed by everything they show: an unchanged row keeps its DOM (and
+/// the keyboard focus) across refreshes.
+pub fn row_key(vm: &VmSummary) -> String {
+    format!("{vm:?}")
 }

@@ -1,0 +1,250 @@
+use leptos::either::Either;
+use leptos::prelude::*;
+use leptos_router::components::A;
+
+use crate::api::get_job;
+use crate::timeline::{StageView, StepView, failure, group, summary};
+use crate::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, VmOutcome};
+
+fn status_word(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Processing => "running",
+        StepStatus::Success => "done",
+        StepStatus::Error => "failed",
+    }
+}
+
+fn status_icon(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Processing => "◌",
+        StepStatus::Success => "✓",
+        StepStatus::Error => "✕",
+    }
+}
+
+#[component]
+fn Step(step: StepView) -> impl IntoView {
+    let status = step.status;
+    let lines = step.output.len();
+    view! {
+        <li class=format!("step step-{}", status_word(status)) data-step=step.name.clone()>
+            <div class="step-head">
+                <span class="step-icon" aria-hidden="true">{status_icon(status)}</span>
+                <span class="step-name">{step.name.clone()}</span>
+                <span class="step-status">{status_word(status)}</span>
+                {step.elapsed.clone().map(|e| view! { <span class="step-elapsed">{e}</span> })}
+            </div>
+            {step.progress.map(|p| view! {
+                <progress class="step-progress" max="100" value=p aria-label=format!("{} progress", step.name)>
+                    {format!("{p:.0}%")}
+                </progress>
+            })}
+            <ul class="step-messages">
+                {step.messages.iter().map(|m| view! { <li>{m.clone()}</li> }).collect_view()}
+            </ul>
+            {(lines > 0).then(|| view! {
+                <details class="step-output">
+                    <summary>{format!("output ({lines} lines)")}</summary>
+                    <pre>{step.output.join("\n")}</pre>
+                </details>
+            })}
+        </li>
+    }
+}
+
+/// A job's timeline: the events so far, then (in the browser) the live ones
+/// until the job ends, when `on_close` runs.
+#[component]
+pub fn Timeline(
+    id: u64,
+    kind: JobKind,
+    initial: Vec<JobEvent>,
+    running: bool,
+    #[prop(into)] on_close: Callback<()>,
+) -> impl IntoView {
+    let events = RwSignal::new(initial);
+    let live = RwSignal::new(running);
+
+    #[cfg(feature = "hydrate")]
+    {
+        Effect::new(move |started: Option<bool>| {
+            if started.is_some() || !running {
+                return true;
+            }
+            let after = events.with_untracked(|e| e.last().map_or(0, |e| e.seq));
+            let followed = crate::live::follow(
+                id,
+                after,
+                move |event| {
+                    events.update(|list| {
+                        if list.last().is_none_or(|last| event.seq > last.seq) {
+                            list.push(event);
+                        }
+                    })
+                },
+                move || {
+                    live.set(false);
+                    on_close.run(());
+                },
+            );
+            match followed {
+                Ok(follow) => {
+                    let follow = send_wrapper::SendWrapper::new(follow);
+                    on_cleanup(move || drop(follow));
+                }
+                Err(e) => leptos::logging::warn!("cannot follow job {id}: {e}"),
+            }
+            true
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (id, on_close);
+
+    let stages = move || events.with(|e| group(e, kind.as_str()));
+    view! {
+        <section class="timeline" aria-label="timeline" data-live=move || live.get().to_string()>
+            <For each=stages key=|stage: &StageView| format!("{stage:?}") let:stage>
+                <div class="stage">
+                    <h3>{stage.name.clone()}</h3>
+                    <ol class="steps">
+                        {stage.steps.into_iter().map(|step| view! { <Step step/> }).collect_view()}
+                    </ol>
+                </div>
+            </For>
+            <p class="live-note" role="status">
+                {move || if live.get() { "following live…" } else { "" }}
+            </p>
+        </section>
+    }
+}
+
+fn outcome_text(outcome: Option<VmOutcome>, vmid: Option<u32>) -> String {
+    let vm = vmid.map_or_else(|| "The VM".to_string(), |id| format!("VM {id}"));
+    match outcome {
+        Some(VmOutcome::Destroyed) => {
+            format!("{vm} was destroyed (qm destroy --purge): no half-made VM is left.")
+        }
+        Some(VmOutcome::Kept) => {
+            format!("{vm} was kept for debugging: it is still on the cluster.")
+        }
+        _ => "No VM was created.".to_string(),
+    }
+}
+
+/// The end of a job: what was made, or what failed and what became of the VM.
+#[component]
+pub fn JobResult(detail: JobDetail) -> impl IntoView {
+    let job = detail.job;
+    match job.state {
+        JobState::Running => Either::Left(().into_view()),
+        JobState::Succeeded => {
+            let done = summary(&detail.events);
+            Either::Right(Either::Left(view! {
+                <div class="result result-ok" role="status">
+                    <h3>"✓ " {format!("{} succeeded", job.kind.as_str())}</h3>
+                    {done.map(|s| {
+                        let login = s.user.clone().map(|u| format!("ssh {u}@{}", s.ip));
+                        view! {
+                            <dl class="facts">
+                                <dt>"VMID"</dt><dd class="vmid">{s.vmid}</dd>
+                                <dt>"IP"</dt><dd class="ip">{s.ip.clone()}</dd>
+                                {s.user.clone().map(|u| view! { <dt>"User"</dt><dd>{u}</dd> })}
+                            </dl>
+                            {login.map(|cmd| view! { <CopyLine text=cmd/> })}
+                            <p><A href=format!("/vm/{}", s.vmid)>"Open the VM's page"</A></p>
+                        }
+                    })}
+                </div>
+            }))
+        }
+        JobState::Failed | JobState::Interrupted => {
+            let (step, message) = failure(&detail.events).unwrap_or_else(|| {
+                (
+                    job.failed_step.clone().unwrap_or_default(),
+                    String::from("[-] the job failed"),
+                )
+            });
+            let outcome = outcome_text(job.outcome, job.vmid);
+            Either::Right(Either::Right(view! {
+                <div class="result result-failed" role="alert">
+                    <h3>"✕ " {format!("{} failed", job.kind.as_str())}</h3>
+                    <p class="failed-step">"Failed step: " <strong>{step}</strong></p>
+                    <p class="failed-message">{message}</p>
+                    <p class="outcome">{outcome}</p>
+                </div>
+            }))
+        }
+    }
+}
+
+/// A command to copy, with a button that copies it.
+#[component]
+pub fn CopyLine(text: String) -> impl IntoView {
+    let (copied, set_copied) = signal(false);
+    let value = text.clone();
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let clipboard = window().navigator().clipboard();
+            let _ = clipboard.write_text(&value);
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &value;
+        set_copied.set(true);
+    };
+    view! {
+        <div class="copy-line">
+            <code>{text}</code>
+            <button type="button" on:click=copy>
+                {move || if copied.get() { "Copied" } else { "Copy" }}
+            </button>
+        </div>
+    }
+}
+
+/// A job: its timeline (live while it runs) and, once it has ended, its result.
+#[component]
+pub fn JobView(
+    id: u64,
+    /// Runs when a job followed live ends.
+    #[prop(optional)]
+    on_done: Option<Callback<()>>,
+) -> impl IntoView {
+    // Read again when the live stream says the job ended: the result needs
+    // the job's final record.
+    let (version, set_version) = signal(0u32);
+    let detail = Resource::new(
+        move || version.get(),
+        move |_| async move { get_job(id).await.and_then(|a| a) },
+    );
+    let on_close = Callback::new(move |()| {
+        set_version.update(|v| *v += 1);
+        if let Some(done) = on_done {
+            done.run(());
+        }
+    });
+    view! {
+        <Transition fallback=|| view! { <p class="loading">"Reading the job…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(d) => {
+                        let running = d.job.state == JobState::Running;
+                        let state = format!("{:?}", d.job.state).to_lowercase();
+                        let (job_id, kind, title) = (d.job.id, d.job.kind, d.job.title.clone());
+                        let initial = d.events.clone();
+                        Either::Left(view! {
+                            <div class="job" data-job=job_id data-state=state>
+                                <header class="job-head">
+                                    <h2>{format!("Job #{job_id} — {title}")}</h2>
+                                </header>
+                                <Timeline id=job_id kind initial running on_close/>
+                                <JobResult detail=d/>
+                            </div>
+                        })
+                    }
+                    Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
+                }
+            })}
+        </Transition>
+    }
+}

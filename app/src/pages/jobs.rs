@@ -1,0 +1,85 @@
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::get_jobs;
+use crate::components::timeline::JobView;
+use crate::format::{duration, utc};
+use crate::types::{Job, JobState};
+
+fn state_word(state: JobState) -> &'static str {
+    match state {
+        JobState::Running => "running",
+        JobState::Succeeded => "succeeded",
+        JobState::Failed => "failed",
+        JobState::Interrupted => "interrupted",
+    }
+}
+
+/// `/jobs`: every job, newest first.
+#[component]
+pub fn Jobs() -> impl IntoView {
+    let (tick, set_tick) = signal(0u64);
+    let jobs = Resource::new(
+        move || tick.get(),
+        |_| async { get_jobs().await.and_then(|a| a) },
+    );
+    Effect::new(move |_| {
+        if let Ok(handle) =
+            set_interval_with_handle(move || set_tick.update(|t| *t += 1), Duration::from_secs(3))
+        {
+            on_cleanup(move || handle.clear());
+        }
+    });
+    let rows = move || jobs.get().and_then(Result::ok).unwrap_or_default();
+    view! {
+        <h1>"Jobs"</h1>
+        <Transition fallback=|| view! { <p class="loading">"Reading the job history…"</p> }>
+            {move || jobs.get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
+            <div class="table-wrap">
+                <table class="jobs-table">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Job"</th>
+                            <th scope="col">"Kind"</th>
+                            <th scope="col">"VM"</th>
+                            <th scope="col">"State"</th>
+                            <th scope="col">"Started (UTC)"</th>
+                            <th scope="col" class="num">"Duration"</th>
+                            <th scope="col">"What"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <For each=rows key=|job: &Job| format!("{job:?}") let:job>
+                            <tr data-job=job.id>
+                                <td><A href=format!("/jobs/{}", job.id)>{format!("#{}", job.id)}</A></td>
+                                <td>{job.kind.as_str()}</td>
+                                <td>{job.vmid.map(|v| v.to_string()).unwrap_or_default()}</td>
+                                <td><span class=format!("badge job-{}", state_word(job.state))>{state_word(job.state)}</span></td>
+                                <td>{utc(job.created)}</td>
+                                <td class="num">{job.finished.map(|f| duration(f - job.created)).unwrap_or_else(|| "…".to_string())}</td>
+                                <td>{job.title.clone()}</td>
+                            </tr>
+                        </For>
+                    </tbody>
+                </table>
+            </div>
+        </Transition>
+    }
+}
+
+/// `/jobs/:id`: one job's timeline, replayed, and followed while it runs.
+#[component]
+pub fn JobPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|v| v.parse::<u64>().ok());
+    view! {
+        <p><A href="/jobs">"← all jobs"</A></p>
+        {move || match id() {
+            Some(id) => view! { <JobView id/> }.into_any(),
+            None => view! { <p class="error" role="alert">"not a job id"</p> }.into_any(),
+        }}
+    }
+}

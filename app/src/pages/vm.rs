@@ -1,0 +1,258 @@
+use leptos::either::Either;
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::{get_vm, migrate_vm, resize_vm};
+use crate::components::options::options;
+use crate::components::timeline::JobView;
+use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
+use crate::format::num;
+use crate::rules::{self, Limits};
+use crate::types::{Resize, UiError, VmDetail};
+
+/// `/vm/:id`: one VM, its actions, resizing and migration.
+#[component]
+pub fn VmPage() -> impl IntoView {
+    let params = use_params_map();
+    let vmid = move || params.read().get("id").and_then(|v| v.parse::<u32>().ok());
+    let (version, set_version) = signal(0u32);
+    let detail = Resource::new(
+        move || (vmid(), version.get()),
+        |(vmid, _)| async move {
+            match vmid {
+                Some(id) => get_vm(id).await.and_then(|a| a),
+                None => Err(UiError {
+                    status: 400,
+                    message: "not a VM id".to_string(),
+                }),
+            }
+        },
+    );
+    // Kept here, outside what a reload of the VM re-renders.
+    let confirming = RwSignal::new(None::<u32>);
+    let busy = RwSignal::new(None::<u32>);
+    let outcome = RwSignal::new(None::<Outcome>);
+    let job = RwSignal::new(None::<u64>);
+    let inputs = Inputs {
+        cpu: RwSignal::new(String::new()),
+        memory: RwSignal::new(String::new()),
+        disk: RwSignal::new(String::new()),
+        node: RwSignal::new(String::new()),
+    };
+    let on_outcome = Callback::new(move |o: Outcome| {
+        if let Outcome::Job(id, _) = o {
+            job.set(Some(id));
+        }
+        outcome.set(Some(o));
+        set_version.update(|v| *v += 1);
+    });
+    let reload = Callback::new(move |()| set_version.update(|v| *v += 1));
+
+    view! {
+        <Transition fallback=|| view! { <p class="loading">"Reading the VM…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(d) => Either::Left(view! {
+                        <VmInfo detail=d confirming busy on_outcome inputs/>
+                    }),
+                    Err(e) => Either::Right(view! {
+                        <h1>"VM"</h1>
+                        <p class="error" role="alert">{e.message}</p>
+                    }),
+                }
+            })}
+        </Transition>
+        <OutcomeNote outcome/>
+        {move || job.get().map(|id| view! { <JobView id on_done=reload/> })}
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Inputs {
+    cpu: RwSignal<String>,
+    memory: RwSignal<String>,
+    disk: RwSignal<String>,
+    node: RwSignal<String>,
+}
+
+#[component]
+fn VmInfo(
+    detail: VmDetail,
+    confirming: RwSignal<Option<u32>>,
+    busy: RwSignal<Option<u32>>,
+    on_outcome: Callback<Outcome>,
+    inputs: Inputs,
+) -> impl IntoView {
+    let vm = detail.vm.clone();
+    let vmid = vm.vmid;
+    let limits = Limits {
+        max_cpu: detail.max_cpu,
+        max_ram_mb: detail.max_ram_mb,
+        max_disk_gb: detail.max_disk_gb,
+    };
+    let stopped = !vm.running && vm.status == "stopped" && vm.lock.is_none();
+    let current_disk = vm.disk;
+    let title = if vm.name.is_empty() {
+        format!("VM {vmid}")
+    } else {
+        format!("VM {vmid} — {}", vm.name)
+    };
+    let targets = detail.targets.clone();
+    if inputs.node.get_untracked().is_empty()
+        && let Some(first) = targets.first()
+    {
+        inputs.node.set(first.clone());
+    }
+
+    let cpu_error = Signal::derive(move || {
+        let v = inputs.cpu.get();
+        (!v.is_empty())
+            .then(|| rules::cpu_error(&v, &limits))
+            .flatten()
+    });
+    let memory_error = Signal::derive(move || {
+        let v = inputs.memory.get();
+        (!v.is_empty())
+            .then(|| rules::ram_error(&v, &limits))
+            .flatten()
+    });
+    let disk_error = Signal::derive(move || {
+        let v = inputs.disk.get();
+        if v.is_empty() {
+            return None;
+        }
+        let grow: i64 = match v.trim().parse() {
+            Ok(n) if n > 0 => n,
+            _ => return Some("add a whole number of GB, at least 1".to_string()),
+        };
+        let after = current_disk.round() as i64 + grow;
+        match limits.max_disk_gb.map(i64::from) {
+            Some(max) if after > max => Some(format!(
+                "disk would grow to {after}G, above the limit of {max}G"
+            )),
+            _ => None,
+        }
+    });
+
+    let apply = move |what: Resize, value: RwSignal<String>, error: Signal<Option<String>>| {
+        move |ev: leptos::ev::SubmitEvent| {
+            ev.prevent_default();
+            if error.get().is_some() || value.get().trim().is_empty() {
+                return;
+            }
+            let raw = value.get().trim().to_string();
+            let sent = if what == Resize::Disk {
+                format!("{raw}G")
+            } else {
+                raw
+            };
+            busy.set(Some(vmid));
+            leptos::task::spawn_local(async move {
+                let result = resize_vm(vmid, what, sent).await.and_then(|a| a);
+                busy.set(None);
+                on_outcome.run(match result {
+                    Ok(()) => {
+                        value.set(String::new());
+                        Outcome::Done(format!("VM {vmid}: {what:?} changed").to_lowercase())
+                    }
+                    Err(e) => Outcome::Refused(format!(
+                        "The server refused ({}): {}",
+                        e.status, e.message
+                    )),
+                });
+            });
+        }
+    };
+    let migrate = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let target = inputs.node.get();
+        busy.set(Some(vmid));
+        leptos::task::spawn_local(async move {
+            let result = migrate_vm(vmid, target.clone()).await.and_then(|a| a);
+            busy.set(None);
+            on_outcome.run(match result {
+                Ok(job) => Outcome::Job(job, format!("Migrating VM {vmid} to {target}")),
+                Err(e) => {
+                    Outcome::Refused(format!("The server refused ({}): {}", e.status, e.message))
+                }
+            });
+        });
+    };
+
+    let field = move |id: &'static str,
+                      label: &'static str,
+                      value: RwSignal<String>,
+                      error: Signal<Option<String>>,
+                      placeholder: String| {
+        let error_id = format!("{id}-error");
+        let described = error_id.clone();
+        view! {
+            <div class="field" class:invalid=move || error.get().is_some()>
+                <label for=id>{label}</label>
+                <input
+                    id=id
+                    type="number"
+                    placeholder=placeholder
+                    prop:value=move || value.get()
+                    aria-invalid=move || error.get().is_some().to_string()
+                    aria-describedby=described
+                    disabled=!stopped
+                    on:input=move |ev| value.set(event_target_value(&ev))
+                />
+                <p class="field-error" id=error_id role="alert">{move || error.get()}</p>
+            </div>
+        }
+    };
+
+    view! {
+        <h1>{title}</h1>
+        <section class="vm-detail">
+            <dl class="facts">
+                <dt>"State"</dt>
+                <dd><span class=format!("badge state-{}", vm.status) data-state=vm.status.clone()>{vm.status.clone()}</span></dd>
+                <dt>"Node"</dt><dd data-node=vm.node.clone()>{vm.node.clone()}</dd>
+                <dt>"OS"</dt><dd>{vm.os.clone()}</dd>
+                <dt>"vCPUs"</dt><dd class="cpu">{vm.cpu}</dd>
+                <dt>"RAM"</dt><dd class="memory">{format!("{} GiB", num(vm.memory))}</dd>
+                <dt>"Disk"</dt><dd class="disk">{format!("{} GiB", num(vm.disk))}</dd>
+                <dt>"IP"</dt><dd><code>{vm.ip.clone()}</code></dd>
+                {vm.lock.clone().map(|l| view! { <dt>"Lock"</dt><dd>{l}</dd> })}
+            </dl>
+            <VmActions vm=vm.clone() confirming busy on_outcome/>
+        </section>
+        <section class="vm-changes">
+            <h2>"Resources"</h2>
+            {(!stopped).then(|| view! { <p class="hint">"Stop the VM to change its resources or move it (as go-pve-qemu requires)."</p> })}
+            <form class="inline-form" on:submit=apply(Resize::Cpu, inputs.cpu, cpu_error)>
+                {field("new-cpu", "vCPUs", inputs.cpu, cpu_error, vm.cpu.to_string())}
+                <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set vCPUs"</button>
+            </form>
+            <form class="inline-form" on:submit=apply(Resize::Memory, inputs.memory, memory_error)>
+                {field("new-memory", "RAM (MB)", inputs.memory, memory_error, format!("{}", (vm.memory * 1024.0).round()))}
+                <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set RAM"</button>
+            </form>
+            <form class="inline-form" on:submit=apply(Resize::Disk, inputs.disk, disk_error)>
+                {field("grow-disk", "Add disk (GB)", inputs.disk, disk_error, "10".to_string())}
+                <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Grow disk"</button>
+            </form>
+            <h2>"Node"</h2>
+            <form class="inline-form" on:submit=migrate>
+                <div class="field">
+                    <label for="target">"Move to"</label>
+                    <select id="target" disabled=!stopped on:change=move |ev| inputs.node.set(event_target_value(&ev))>
+                        {options(targets.clone(), inputs.node.into())}
+                    </select>
+                </div>
+                <button type="submit" disabled=move || !stopped || busy.get().is_some() || targets.is_empty()>"Migrate"</button>
+            </form>
+        </section>
+        <details class="config">
+            <summary>"Proxmox configuration (qm config)"</summary>
+            <table>
+                <tbody>
+                    {detail.config.iter().map(|(k, v)| view! { <tr><th scope="row">{k.clone()}</th><td><code>{v.clone()}</code></td></tr> }).collect_view()}
+                </tbody>
+            </table>
+        </details>
+    }
+}

@@ -1,0 +1,280 @@
+//! A job's events as the timeline shows them: stages, their steps, each
+//! step's state, messages, elapsed time, progress and folded command output.
+
+use crate::types::{JobEvent, StepStatus};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepView {
+    pub name: String,
+    pub status: StepStatus,
+    /// `[*]`/`[+]`/`[-]` messages, in order.
+    pub messages: Vec<String>,
+    /// Lines a command printed (relayed with two spaces), without the indent.
+    pub output: Vec<String>,
+    /// `1.23s`, from the step's success message.
+    pub elapsed: Option<String>,
+    /// The latest percentage the step reported.
+    pub progress: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageView {
+    pub name: String,
+    pub steps: Vec<StepView>,
+}
+
+/// `… (1.23s)` → `1.23s`.
+fn elapsed_of(message: &str) -> Option<String> {
+    let inner = message.strip_suffix(')')?.rsplit_once(" (")?.1;
+    let number = inner.strip_suffix('s')?;
+    number.parse::<f64>().is_ok().then(|| inner.to_string())
+}
+
+/// `… (30%)`, `… (45.00%)` → the percentage.
+fn progress_of(message: &str) -> Option<f64> {
+    let inner = message.strip_suffix("%)")?.rsplit_once('(')?.1;
+    inner.parse().ok()
+}
+
+/// Groups events by stage (`<stage> > <step>`; lifecycle jobs' bare step
+/// names go under `default_stage`), steps in order of first appearance.
+pub fn group(events: &[JobEvent], default_stage: &str) -> Vec<StageView> {
+    let mut stages: Vec<StageView> = Vec::new();
+    for e in events {
+        let (stage, step) = match e.event.step.split_once(" > ") {
+            Some((stage, step)) => (stage.to_string(), step.to_string()),
+            None => (default_stage.to_string(), e.event.step.clone()),
+        };
+        if stages.last().is_none_or(|s| s.name != stage) {
+            stages.push(StageView {
+                name: stage,
+                steps: Vec::new(),
+            });
+        }
+        let Some(current) = stages.last_mut() else {
+            continue;
+        };
+        if current.steps.last().is_none_or(|s| s.name != step) {
+            current.steps.push(StepView {
+                name: step,
+                status: StepStatus::Processing,
+                messages: Vec::new(),
+                output: Vec::new(),
+                elapsed: None,
+                progress: None,
+            });
+        }
+        let Some(view) = current.steps.last_mut() else {
+            continue;
+        };
+        let message = &e.event.message;
+        if let Some(line) = message.strip_prefix("  ") {
+            view.output.push(line.to_string());
+        } else {
+            // Progress reports replace each other: the step shows the latest.
+            let replaces = progress_of(message).is_some()
+                && view
+                    .messages
+                    .last()
+                    .is_some_and(|m| progress_of(m).is_some());
+            if replaces {
+                view.messages.pop();
+            }
+            view.messages.push(message.clone());
+            if e.event.status == StepStatus::Success
+                && let Some(elapsed) = elapsed_of(message)
+            {
+                view.elapsed = Some(elapsed);
+            }
+        }
+        if let Some(p) = progress_of(message) {
+            view.progress = Some(p);
+        }
+        view.status = match (view.status, e.event.status) {
+            (StepStatus::Error, _) | (_, StepStatus::Error) => StepStatus::Error,
+            (_, status) => status,
+        };
+    }
+    // A step that other steps followed is done, whatever its last word was.
+    let total: usize = stages.iter().map(|s| s.steps.len()).sum();
+    let mut seen = 0;
+    for stage in &mut stages {
+        for step in &mut stage.steps {
+            seen += 1;
+            if seen < total && step.status == StepStatus::Processing {
+                step.status = StepStatus::Success;
+            }
+        }
+    }
+    stages
+}
+
+/// What a finished install says in its last step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub vmid: u32,
+    pub ip: String,
+    pub user: Option<String>,
+}
+
+pub fn summary(events: &[JobEvent]) -> Option<Summary> {
+    let last = events.iter().rev().find(|e| e.event.vm_id.is_some())?;
+    let user = events
+        .iter()
+        .filter_map(|e| e.event.message.strip_prefix("[*] User: "))
+        .next_back()
+        .map(str::to_string);
+    Some(Summary {
+        vmid: last.event.vm_id?,
+        ip: last.event.ip.clone()?,
+        user,
+    })
+}
+
+/// The failed step and its message (the job's first error).
+pub fn failure(events: &[JobEvent]) -> Option<(String, String)> {
+    events
+        .iter()
+        .find(|e| e.event.status == StepStatus::Error)
+        .map(|e| (e.event.step.clone(), e.event.message.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::StepEvent;
+
+    fn ev(seq: u64, step: &str, status: StepStatus, message: &str) -> JobEvent {
+        JobEvent {
+            seq,
+            at: 0,
+            event: StepEvent {
+                step: step.into(),
+                status,
+                message: message.into(),
+                vm_id: None,
+                ip: None,
+            },
+        }
+    }
+
+    #[test]
+    fn stages_steps_output_elapsed_and_progress() {
+        use StepStatus::*;
+        let events = [
+            ev(
+                1,
+                "preparation > checking VMID",
+                Processing,
+                "[*] start VM installation",
+            ),
+            ev(
+                2,
+                "preparation > checking VMID",
+                Success,
+                "[+] auto-assigned VMID: 106 (0.02s)",
+            ),
+            ev(
+                3,
+                "OS preparation > downloading OS image",
+                Processing,
+                "[*] downloaded 40.0 MiB of 400.0 MiB (10%)",
+            ),
+            ev(
+                3,
+                "OS preparation > downloading OS image",
+                Processing,
+                "[*] downloaded 80.0 MiB of 400.0 MiB (20%)",
+            ),
+            ev(
+                4,
+                "SSH preparation > checking SSH key",
+                Processing,
+                "[*] no SSH key in /x",
+            ),
+            ev(
+                5,
+                "SSH preparation > creating SSH key",
+                Success,
+                "[+] created (0.05s)",
+            ),
+            ev(
+                6,
+                "VM creation > importing disk image",
+                Processing,
+                "  transferred 1.0 GiB of 2.0 GiB (50.00%)",
+            ),
+            ev(
+                7,
+                "VM creation > importing disk image",
+                Error,
+                "[-] failed to import disk image: full",
+            ),
+        ];
+        let stages = group(&events, "install");
+        let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "preparation",
+                "OS preparation",
+                "SSH preparation",
+                "VM creation"
+            ]
+        );
+        let vmid = &stages[0].steps[0];
+        assert_eq!(vmid.status, Success);
+        assert_eq!(vmid.elapsed.as_deref(), Some("0.02s"));
+        assert_eq!(stages[1].steps[0].progress, Some(20.0));
+        assert_eq!(stages[1].steps[0].messages.len(), 1);
+        // Followed by another step: done.
+        assert_eq!(stages[2].steps[0].status, Success);
+        let import = &stages[3].steps[0];
+        assert_eq!(import.status, Error);
+        assert_eq!(import.output, ["transferred 1.0 GiB of 2.0 GiB (50.00%)"]);
+        assert_eq!(import.progress, Some(50.0));
+        assert_eq!(
+            failure(&events),
+            Some((
+                "VM creation > importing disk image".into(),
+                "[-] failed to import disk image: full".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn lifecycle_steps_go_under_the_job_kind() {
+        let stages = group(
+            &[ev(
+                1,
+                "starting VM",
+                StepStatus::Processing,
+                "[*] starting VM",
+            )],
+            "start",
+        );
+        assert_eq!(stages[0].name, "start");
+        assert_eq!(stages[0].steps[0].name, "starting VM");
+    }
+
+    #[test]
+    fn the_summary_comes_from_the_final_events() {
+        let mut last = ev(
+            9,
+            "VM initialization > finalizing",
+            StepStatus::Success,
+            "[*] User: deploy",
+        );
+        last.event.vm_id = Some(106);
+        last.event.ip = Some("192.168.0.106".into());
+        assert_eq!(
+            summary(&[last]),
+            Some(Summary {
+                vmid: 106,
+                ip: "192.168.0.106".into(),
+                user: Some("deploy".into())
+            })
+        );
+        assert_eq!(summary(&[]), None);
+    }
+}

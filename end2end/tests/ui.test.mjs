@@ -1,0 +1,193 @@
+// The browser UI on the simulated cluster: create a VM and watch it, the
+// overview's actions, the VM page, the job history; every test fails on a
+// browser console error and leaves a screenshot.
+import { after, afterEach, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  BASE_URL, clearFaults, getJson, launch, openPage, post, postJson, screenshot, waitForHydration,
+} from '../lib/browser.mjs';
+
+let browser;
+before(async () => { browser = await launch(); });
+afterEach(async () => { await clearFaults(); });
+after(async () => { await browser?.close(); });
+
+/** Fills the create form's name and submits; resolves on the job's URL. */
+async function createVm(page, name) {
+  await page.goto(BASE_URL + '/new');
+  await waitForHydration(page);
+  await page.fill('#name', name);
+  await page.getByRole('button', { name: 'Create VM' }).click();
+  await page.waitForURL(/\/new\?job=\d+$/);
+}
+
+test('create a VM through the form and watch its timeline to the end', async () => {
+  const { page, errors } = await openPage(browser);
+  await createVm(page, 'web');
+  const result = page.locator('.result-ok');
+  await result.waitFor({ timeout: 60_000 });
+  assert.equal(await page.locator('.step[data-step="finalizing"].step-done').count(), 1);
+  const stages = await page.locator('.stage h3').allTextContents();
+  assert.deepEqual(stages, ['preparation', 'OS preparation', 'SSH preparation', 'VM creation', 'VM initialization']);
+  const vmid = await result.locator('.vmid').textContent();
+  assert.match(vmid, /^\d{3}$/);
+  assert.equal(await result.locator('.ip').textContent(), `192.168.0.${vmid}`);
+  assert.equal(await result.locator('.copy-line code').textContent(), `ssh debian@192.168.0.${vmid}`);
+  // Relayed command output is folded under its step.
+  const output = page.locator('.step[data-step="SSH initialization"] details.step-output');
+  await output.locator('summary').click();
+  assert.match(await output.locator('pre').textContent(), /\[pvedeck\] initialization complete/);
+  await screenshot(page, 'create-done');
+  assert.deepEqual(errors, []);
+});
+
+test('a reload mid-install replays the timeline and follows it on', async () => {
+  // The import takes 5 s of real time: long enough to reload during it.
+  await postJson('/api/sim/faults', { op: 'importdisk', action: 'delay', delay_ms: 250_000, times: 1 });
+  const { page, errors } = await openPage(browser);
+  await createVm(page, 'reload');
+  await page.locator('.step[data-step="importing disk image"]').waitFor();
+  const url = page.url();
+  await page.reload();
+  await waitForHydration(page);
+  // The steps so far came back with the page, before anything new arrived.
+  assert.equal(await page.locator('.step[data-step="checking VMID"].step-done').count(), 1);
+  assert.equal(await page.locator('.result').count(), 0, 'the job still runs');
+  assert.equal(await page.locator('.timeline[data-live="true"]').count(), 1, 'and is followed live');
+  await page.locator('.result-ok').waitFor({ timeout: 60_000 });
+  assert.equal(page.url(), url);
+  assert.equal(await page.locator('.step[data-step="finalizing"]').count(), 1);
+  await screenshot(page, 'reload-continued');
+  assert.deepEqual(errors, []);
+});
+
+test('a failed install says which step failed and what became of the VM', async () => {
+  const { page, errors } = await openPage(browser);
+
+  await postJson('/api/sim/faults', { op: 'importdisk', action: 'fail', times: 1 });
+  await createVm(page, 'broken');
+  const failed = page.locator('.result-failed');
+  await failed.waitFor({ timeout: 60_000 });
+  assert.match(await failed.locator('.failed-step').textContent(), /VM creation > importing disk image/);
+  assert.match(await failed.locator('.failed-message').textContent(), /^\[-\] failed to import disk image/);
+  assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was destroyed .*no half-made VM is left/);
+  await screenshot(page, 'failure-destroyed');
+
+  await postJson('/api/sim/faults', { op: 'start', action: 'fail', times: 1 });
+  await createVm(page, 'nostart');
+  await failed.waitFor({ timeout: 60_000 });
+  assert.match(await failed.locator('.failed-step').textContent(), /waiting for ready/);
+  assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was kept for debugging/);
+  await screenshot(page, 'failure-kept');
+  assert.deepEqual(errors, []);
+});
+
+test('a field error shows next to its field and blocks the submit', async () => {
+  const { page, errors } = await openPage(browser);
+  const before = (await getJson('/api/jobs')).length;
+  await page.goto(BASE_URL + '/new');
+  await waitForHydration(page);
+  await page.fill('#name', '-bad');
+  await page.fill('#cpu', '999');
+  assert.equal(
+    await page.locator('#name-error').textContent(),
+    "name '-bad' is not a valid host name (letters, digits and inner '-', at most 59)",
+  );
+  assert.equal(await page.locator('#cpu-error').textContent(), 'cpu must be an integer from 1 to 32');
+  assert.equal(await page.locator('#name').getAttribute('aria-invalid'), 'true');
+  await page.getByRole('button', { name: 'Create VM' }).click();
+  await page.locator('.form-error', { hasText: 'Fix the fields' }).waitFor();
+  assert.equal(new URL(page.url()).search, '', 'no job was started');
+  assert.equal((await getJson('/api/jobs')).length, before);
+  await screenshot(page, 'field-errors');
+  assert.deepEqual(errors, []);
+});
+
+test('stop, start and destroy from the overview', async () => {
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/');
+  await waitForHydration(page);
+  const badge = (id) => page.locator(`tr[data-vmid="${id}"] .badge`);
+
+  assert.equal(await badge(104).textContent(), 'running');
+  assert.equal(await page.getByRole('button', { name: 'Start VM 104' }).isDisabled(), true);
+  await page.getByRole('button', { name: 'Stop VM 104' }).click();
+  await page.locator('tr[data-vmid="104"] .badge', { hasText: 'stopped' }).waitFor();
+  await page.locator('.note-ok', { hasText: 'Stop: VM 104 done' }).waitFor();
+
+  await page.getByRole('button', { name: 'Start VM 104' }).click();
+  await page.locator('.note-ok a', { hasText: 'follow job' }).waitFor();
+  await page.locator('tr[data-vmid="104"] .badge', { hasText: 'running' }).waitFor();
+
+  await page.getByRole('button', { name: 'Destroy VM 105' }).click();
+  const confirm = page.locator('.confirm');
+  assert.equal(await confirm.locator('span').textContent(), 'Destroy VM 105 "legacy-105" and purge its disks?');
+  await screenshot(page, 'overview-confirm-destroy');
+  await confirm.locator('button.danger').click();
+  await page.locator('tr[data-vmid="105"]').waitFor({ state: 'detached' });
+  const list = await getJson('/api/vm/list');
+  assert.equal(list.list.some((vm) => vm.vmid === 105), false);
+  await screenshot(page, 'overview-actions');
+  assert.deepEqual(errors, []);
+});
+
+test('resize a stopped VM from its page, the limits checked as you type', async () => {
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/vm/103');
+  await waitForHydration(page);
+  assert.equal(await page.locator('.cpu').textContent(), '8');
+  await page.fill('#new-cpu', '99');
+  assert.equal(await page.locator('#new-cpu-error').textContent(), 'cpu must be an integer from 1 to 32');
+  await page.fill('#new-cpu', '4');
+  assert.equal(await page.locator('#new-cpu-error').textContent(), '');
+  await page.getByRole('button', { name: 'Set vCPUs' }).click();
+  await page.locator('.cpu', { hasText: /^4$/ }).waitFor();
+  await page.fill('#grow-disk', '10');
+  await page.getByRole('button', { name: 'Grow disk' }).click();
+  await page.locator('.disk', { hasText: '74 GiB' }).waitFor();
+  await screenshot(page, 'vm-resized');
+  assert.deepEqual(errors, []);
+});
+
+test('a refusal of the server shows as a message', async () => {
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/vm/101');
+  await waitForHydration(page);
+  // Someone else stops the VM after the page was drawn.
+  await post('/api/vm/101/stop');
+  await page.getByRole('button', { name: 'Stop VM 101' }).click();
+  const note = page.locator('.note.error');
+  await note.waitFor();
+  assert.equal(await note.textContent(), 'Stop VM 101: VM is not running');
+  await screenshot(page, 'vm-refused');
+  assert.deepEqual(errors, []);
+});
+
+test('the job history lists every job and replays one', async () => {
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/jobs');
+  await waitForHydration(page);
+  const rows = page.locator('.jobs-table tbody tr');
+  const jobs = await getJson('/api/jobs');
+  assert.equal(await rows.count(), jobs.length);
+  assert.equal(await rows.first().getAttribute('data-job'), String(jobs[0].id), 'newest first');
+  const firstInstall = jobs.filter((j) => j.kind === 'install').at(-1);
+  await page.locator(`tr[data-job="${firstInstall.id}"] a`).click();
+  await page.waitForURL(new RegExp(`/jobs/${firstInstall.id}$`));
+  await page.locator('.result-ok').waitFor();
+  assert.equal(await page.locator('.step[data-step="finalizing"]').count(), 1);
+  await screenshot(page, 'job-replayed');
+  assert.deepEqual(errors, []);
+});
+
+test('pages fit a 390 px wide screen', async () => {
+  const { page, errors } = await openPage(browser, { viewport: { width: 390, height: 844 } });
+  for (const [path, name] of [['/', 'narrow-overview'], ['/new', 'narrow-new'], ['/vm/102', 'narrow-vm']]) {
+    await page.goto(BASE_URL + path);
+    await waitForHydration(page);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `${path} is ${width}px wide`);
+    await screenshot(page, name);
+  }
+  assert.deepEqual(errors, []);
+});
