@@ -10,29 +10,8 @@ const PASSWORD: &str = "pw-Secret-123";
 const ROOT_PASSWORD: &str = "root-Secret-456";
 
 async fn cli_server(data_dir: &Path, vars: &[(&str, &str)]) -> (std::process::Child, String) {
-    let data = data_dir.to_string_lossy().into_owned();
-    let defaults = [
-        ("PORT", "0"),
-        ("BIND_ADDR", "127.0.0.1"),
-        ("DATA_DIR", data.as_str()),
-        ("SIM_SPEED", "2000"),
-        ("SIM_JITTER", "0"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let mut env = common::cli_env(data_dir, defaults, false).await;
-    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let env = common::with(common::cli_env(data_dir, false).await, vars);
     common::start_process(data_dir, &env)
-}
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Every argument vector the stand-ins were called with, in order.
@@ -52,7 +31,7 @@ fn strings(v: &[&str]) -> Vec<String> {
 async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_password() {
     let dir = common::temp_dir("argv");
     let (child, url) = cli_server(&dir, &[("VM_ROOT_PASSWORD", ROOT_PASSWORD)]).await;
-    let _server = Killed(child);
+    let _server = common::Killed(child);
     let body = format!(r#"{{"os":"debian","version":"12","name":"web","passwd":"{PASSWORD}"}}"#);
     let (job, events) = common::install(&url, &body).await;
     assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
@@ -167,7 +146,7 @@ async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_passwo
 async fn commands_for_a_vm_on_another_node_go_through_ssh_to_that_node() {
     let dir = common::temp_dir("route");
     let (child, url) = cli_server(&dir, &[]).await;
-    let _server = Killed(child);
+    let _server = common::Killed(child);
     // 104 lives on pve2 (127.0.0.12).
     assert_eq!(
         common::post(&format!("{url}/api/vm/104/stop")).await,
@@ -199,7 +178,7 @@ async fn commands_for_a_vm_on_another_node_go_through_ssh_to_that_node() {
 async fn a_node_without_an_address_is_a_clear_error() {
     let dir = common::temp_dir("noaddr");
     let (child, url) = cli_server(&dir, &[("NODE_pve3", "")]).await;
-    let _server = Killed(child);
+    let _server = common::Killed(child);
     // 110 lives on pve3, whose NODE_pve3 is not set.
     let (status, body) = common::post(&format!("{url}/api/vm/110/stop")).await;
     assert_eq!(status, 500, "{body}");
@@ -224,20 +203,14 @@ async fn output_that_does_not_parse_is_an_error_naming_command_and_line() {
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
 
-    let data = dir.to_string_lossy().into_owned();
-    let defaults = vec![
-        ("PORT".to_string(), "0".to_string()),
-        ("BIND_ADDR".to_string(), "127.0.0.1".to_string()),
-        ("DATA_DIR".to_string(), data),
-    ];
-    let mut env = common::cli_env(&dir, defaults, false).await;
+    let mut env = common::cli_env(&dir, false).await;
     for (k, v) in env.iter_mut() {
         if k == "PATH" {
             *v = format!("{}:{v}", bin.display());
         }
     }
     let (child, url) = common::start_process(&dir, &env);
-    let _server = Killed(child);
+    let _server = common::Killed(child);
     let (status, body) = common::get(&format!("{url}/api/vm/list")).await;
     assert_eq!(status, 500);
     assert!(

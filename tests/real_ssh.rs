@@ -8,19 +8,12 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use common::Killed;
 
 const SSHD: &str = "/usr/sbin/sshd";
 const VMID: u32 = 150;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn keygen(path: &Path) {
     let out = Command::new("ssh-keygen")
@@ -94,28 +87,16 @@ async fn install_over_real_ssh_runs_the_init_script_from_pvedeck() {
     let port = common::closed_port();
     let _sshd = start_sshd(&dir, port, &keys.join("id_ed25519.pub"));
 
-    let data = dir.to_string_lossy().into_owned();
-    let defaults = [
-        ("PORT", "0"),
-        ("BIND_ADDR", "127.0.0.1"),
-        ("DATA_DIR", data.as_str()),
-        ("SIM_SPEED", "2000"),
-        ("SIM_JITTER", "0"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let mut env = common::cli_env(&dir, defaults, true).await;
     let port = port.to_string();
-    for (k, v) in [
-        ("SSH_PORT", port.as_str()),
-        ("INIT_SCRIPTS", "test"),
-        ("VM_ROOT_PASSWORD", "r00t-pw"),
-        ("SSH_POLL_INTERVAL_MS", "100"),
-    ] {
-        env.retain(|(key, _)| key != k);
-        env.push((k.to_string(), v.to_string()));
-    }
+    let env = common::with(
+        common::cli_env(&dir, true).await,
+        &[
+            ("SSH_PORT", port.as_str()),
+            ("INIT_SCRIPTS", "test"),
+            ("VM_ROOT_PASSWORD", "r00t-pw"),
+            ("SSH_POLL_INTERVAL_MS", "100"),
+        ],
+    );
     let (child, url) = common::start_process(&dir, &env);
     let _server = Killed(child);
 

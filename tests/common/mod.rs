@@ -66,10 +66,11 @@ pub async fn server(vars: &[(&str, &str)]) -> Server {
     server_in(&data_dir, vars).await
 }
 
-/// A server on an existing data directory (to test what survives a restart).
-pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
+/// What every test server starts from: loopback, a free port, its own data
+/// directory, the simulated cluster fast-forwarded and still.
+pub fn base_env(data_dir: &std::path::Path) -> Vec<(String, String)> {
     let data = data_dir.to_string_lossy().into_owned();
-    let mut all: Vec<(String, String)> = [
+    [
         ("PORT", "0"),
         ("BIND_ADDR", "127.0.0.1"),
         ("DATA_DIR", data.as_str()),
@@ -78,11 +79,30 @@ pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Ser
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    if cli_mode() {
-        return cli_server(data_dir, all, vars).await;
+    .collect()
+}
+
+/// `vars` over `env`: a later setting of a variable wins.
+pub fn with(mut env: Vec<(String, String)>, vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    for (k, v) in vars {
+        env.retain(|(key, _)| key != k);
+        env.push((k.to_string(), v.to_string()));
     }
-    all.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+/// A server on an existing data directory (to test what survives a restart).
+pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
+    if cli_mode() {
+        let env = with(cli_env(data_dir, false).await, vars);
+        let (child, url) = start_process(data_dir, &env);
+        return Server {
+            url,
+            data_dir: data_dir.to_path_buf(),
+            running: Handle::Process(child),
+        };
+    }
+    let all = with(base_env(data_dir), vars);
     let config = Config::from_vars(all).expect("test configuration");
     let running = spawn(config).await.expect("server starts");
     Server {
@@ -115,11 +135,8 @@ pub fn closed_port() -> u16 {
 
 /// The environment of a `cli` server: a cluster on loopback whose `qm` and
 /// friends are the stand-ins, images from a local mirror.
-pub async fn cli_env(
-    data_dir: &std::path::Path,
-    mut env: Vec<(String, String)>,
-    real_ssh: bool,
-) -> Vec<(String, String)> {
+pub async fn cli_env(data_dir: &std::path::Path, real_ssh: bool) -> Vec<(String, String)> {
+    let mut env = base_env(data_dir);
     let bin = stand_ins(real_ssh);
     let path = format!(
         "{}:{}",
@@ -204,18 +221,13 @@ pub fn start_process(
     (child, url)
 }
 
-async fn cli_server(
-    data_dir: &std::path::Path,
-    defaults: Vec<(String, String)>,
-    vars: &[(&str, &str)],
-) -> Server {
-    let mut env = cli_env(data_dir, defaults, false).await;
-    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let (child, url) = start_process(data_dir, &env);
-    Server {
-        url,
-        data_dir: data_dir.to_path_buf(),
-        running: Handle::Process(child),
+/// Kills a child process however the test ends.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -225,24 +237,24 @@ pub async fn get(url: &str) -> (u16, String) {
     (status, res.text().await.expect("body"))
 }
 
+async fn send_post(url: &str, body: Option<&str>) -> reqwest::Response {
+    let mut req = reqwest::Client::new().post(url);
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    req.send().await.expect("request")
+}
+
 pub async fn post(url: &str) -> (u16, String) {
-    let res = reqwest::Client::new()
-        .post(url)
-        .send()
-        .await
-        .expect("request");
+    let res = send_post(url, None).await;
     let status = res.status().as_u16();
     (status, res.text().await.expect("body"))
 }
 
 pub async fn post_json(url: &str, body: &str) -> (u16, String) {
-    let res = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("request");
+    let res = send_post(url, Some(body)).await;
     let status = res.status().as_u16();
     (status, res.text().await.expect("body"))
 }
@@ -333,13 +345,7 @@ pub async fn read_until(res: reqwest::Response, mut stop: impl FnMut(&Sse) -> bo
 }
 
 pub async fn post_sse(url: &str, body: &str) -> (u16, Option<u64>, Vec<Sse>) {
-    let res = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("request");
+    let res = send_post(url, Some(body)).await;
     let status = res.status().as_u16();
     let job = res
         .headers()

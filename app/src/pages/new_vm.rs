@@ -5,6 +5,7 @@ use leptos_router::components::A;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{get_catalog, start_install};
+use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
 use crate::rules::{self, Limits};
@@ -24,38 +25,6 @@ pub fn NewVm() -> impl IntoView {
             }),
             None => Either::Right(view! { <NewVmForm/> }),
         }}
-    }
-}
-
-/// One labelled input with its error next to it.
-#[component]
-fn Field(
-    id: &'static str,
-    label: &'static str,
-    value: RwSignal<String>,
-    error: Signal<Option<String>>,
-    #[prop(optional)] kind: Option<&'static str>,
-    #[prop(optional)] hint: Option<&'static str>,
-    #[prop(optional, into)] placeholder: Signal<String>,
-) -> impl IntoView {
-    let error_id = format!("{id}-error");
-    let described = error_id.clone();
-    view! {
-        <div class="field" class:invalid=move || error.get().is_some()>
-            <label for=id>{label}</label>
-            <input
-                id=id
-                name=id
-                type=kind.unwrap_or("text")
-                prop:value=move || value.get()
-                placeholder=move || placeholder.get()
-                aria-invalid=move || error.get().is_some().to_string()
-                aria-describedby=described
-                on:input=move |ev| value.set(event_target_value(&ev))
-            />
-            {hint.map(|h| view! { <p class="hint">{h}</p> })}
-            <p class="field-error" id=error_id role="alert">{move || error.get()}</p>
-        </div>
     }
 }
 

@@ -3,6 +3,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use crate::api::{get_vm, migrate_vm, resize_vm};
+use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
@@ -179,31 +180,6 @@ fn VmInfo(
         });
     };
 
-    let field = move |id: &'static str,
-                      label: &'static str,
-                      value: RwSignal<String>,
-                      error: Signal<Option<String>>,
-                      placeholder: String| {
-        let error_id = format!("{id}-error");
-        let described = error_id.clone();
-        view! {
-            <div class="field" class:invalid=move || error.get().is_some()>
-                <label for=id>{label}</label>
-                <input
-                    id=id
-                    type="number"
-                    placeholder=placeholder
-                    prop:value=move || value.get()
-                    aria-invalid=move || error.get().is_some().to_string()
-                    aria-describedby=described
-                    disabled=!stopped
-                    on:input=move |ev| value.set(event_target_value(&ev))
-                />
-                <p class="field-error" id=error_id role="alert">{move || error.get()}</p>
-            </div>
-        }
-    };
-
     view! {
         <h1>{title}</h1>
         <section class="vm-detail">
@@ -224,15 +200,18 @@ fn VmInfo(
             <h2>"Resources"</h2>
             {(!stopped).then(|| view! { <p class="hint">"Stop the VM to change its resources or move it (as go-pve-qemu requires)."</p> })}
             <form class="inline-form" on:submit=apply(Resize::Cpu, inputs.cpu, cpu_error)>
-                {field("new-cpu", "vCPUs", inputs.cpu, cpu_error, vm.cpu.to_string())}
+                <Field id="new-cpu" label="vCPUs" kind="number" value=inputs.cpu error=cpu_error
+                    placeholder=vm.cpu.to_string() disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set vCPUs"</button>
             </form>
             <form class="inline-form" on:submit=apply(Resize::Memory, inputs.memory, memory_error)>
-                {field("new-memory", "RAM (MB)", inputs.memory, memory_error, format!("{}", (vm.memory * 1024.0).round()))}
+                <Field id="new-memory" label="RAM (MB)" kind="number" value=inputs.memory error=memory_error
+                    placeholder=format!("{}", (vm.memory * 1024.0).round()) disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set RAM"</button>
             </form>
             <form class="inline-form" on:submit=apply(Resize::Disk, inputs.disk, disk_error)>
-                {field("grow-disk", "Add disk (GB)", inputs.disk, disk_error, "10".to_string())}
+                <Field id="grow-disk" label="Add disk (GB)" kind="number" value=inputs.disk error=disk_error
+                    placeholder="10".to_string() disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Grow disk"</button>
             </form>
             <h2>"Node"</h2>
