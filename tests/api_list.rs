@@ -213,3 +213,35 @@ async fn api_tokens_guard_changes_but_not_reads() {
     assert_eq!(res.status(), 200);
     assert_eq!(common::get(&status_url).await, (200, "stopped".to_string()));
 }
+
+#[tokio::test]
+async fn openapi_describes_every_route() {
+    let server = common::server(&[]).await;
+    let res = reqwest::get(format!("{}/api/openapi.json", server.url))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let doc: Value = res.json().await.unwrap();
+    let paths = doc["paths"].as_object().expect("paths");
+    for path in [
+        "/api/health",
+        "/api/vm/list",
+        "/api/vm/install",
+        "/api/vm/{id}/status",
+        "/api/vm/{id}/start",
+        "/api/vm/{id}/stop",
+        "/api/vm/{id}/shutdown",
+        "/api/vm/{id}/reboot",
+        "/api/vm/{id}/destroy",
+        "/api/vm/{id}/set/cpu",
+        "/api/vm/{id}/set/memory",
+        "/api/vm/{id}/set/disk",
+        "/api/vm/{id}/set/node",
+        "/api/jobs",
+        "/api/jobs/{id}",
+        "/api/jobs/{id}/events",
+        "/sh/{script}",
+    ] {
+        assert!(paths.contains_key(path), "{path} described");
+    }
+}

@@ -19,6 +19,7 @@ pub use error::{ApiError, status_of};
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
         .route("/vm/list", get(vm::list))
         .route("/vm/install", post(vm::install))
         .route("/vm/{id}/status", get(vm::status))
@@ -52,6 +53,14 @@ pub fn router(state: AppState) -> Router<AppState> {
 
 async fn health() -> &'static str {
     "ok"
+}
+
+/// The routes described for clients (written by hand, checked by a test).
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        include_str!("openapi.json"),
+    )
 }
 
 async fn not_found() -> (StatusCode, &'static str) {
