@@ -101,6 +101,13 @@ mod tests {
     }
 }
 
+/// vCPUs a VM may be given by resizing, whatever `VM_MAX_CPU` says.
+pub const CPU_CEILING: u32 = 32;
+/// Below this much RAM (MB) the guests do not boot reliably.
+pub const MIN_RAM_MB: i64 = 512;
+/// The cloud images need this much disk (GB).
+pub const MIN_DISK_GB: i64 = 16;
+
 /// The create form's limits, from the server's configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -111,7 +118,7 @@ pub struct Limits {
 
 impl Limits {
     pub fn cpu(&self) -> i64 {
-        i64::from(self.max_cpu.unwrap_or(32).min(32))
+        i64::from(self.max_cpu.unwrap_or(CPU_CEILING).min(CPU_CEILING))
     }
 }
 
@@ -132,10 +139,14 @@ pub fn cpu_error(raw: &str, limits: &Limits) -> Option<String> {
 pub fn ram_error(raw: &str, limits: &Limits) -> Option<String> {
     let max = limits.max_ram_mb.map(i64::from);
     match (whole(raw), max) {
-        (Some(n), Some(max)) if (512..=max).contains(&n) => None,
-        (Some(n), None) if n >= 512 => None,
-        (_, Some(max)) => Some(format!("ram must be an integer from 512 to {max} (MB)")),
-        (_, None) => Some("ram must be an integer of at least 512 (MB)".to_string()),
+        (Some(n), Some(max)) if (MIN_RAM_MB..=max).contains(&n) => None,
+        (Some(n), None) if n >= MIN_RAM_MB => None,
+        (_, Some(max)) => Some(format!(
+            "ram must be an integer from {MIN_RAM_MB} to {max} (MB)"
+        )),
+        (_, None) => Some(format!(
+            "ram must be an integer of at least {MIN_RAM_MB} (MB)"
+        )),
     }
 }
 
@@ -143,10 +154,10 @@ pub fn ram_error(raw: &str, limits: &Limits) -> Option<String> {
 pub fn disk_error(raw: &str, limits: &Limits) -> Option<String> {
     let max = limits.max_disk_gb.map(i64::from);
     match (whole(raw), max) {
-        (Some(n), Some(max)) if (16..=max).contains(&n) => None,
-        (Some(n), None) if (16..=999_999).contains(&n) => None,
-        (_, Some(max)) => Some(format!("disk must be from 16 to {max} (GB)")),
-        (_, None) => Some("disk must be at least 16 (GB)".to_string()),
+        (Some(n), Some(max)) if (MIN_DISK_GB..=max).contains(&n) => None,
+        (Some(n), None) if (MIN_DISK_GB..=999_999).contains(&n) => None,
+        (_, Some(max)) => Some(format!("disk must be from {MIN_DISK_GB} to {max} (GB)")),
+        (_, None) => Some(format!("disk must be at least {MIN_DISK_GB} (GB)")),
     }
 }
 

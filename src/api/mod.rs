@@ -4,6 +4,7 @@
 mod error;
 mod jobs;
 pub mod middleware;
+mod openapi;
 pub mod sh;
 mod sim;
 mod sse;
@@ -19,7 +20,7 @@ pub use error::{ApiError, status_of};
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/health", get(health))
-        .route("/openapi.json", get(openapi))
+        .route("/openapi.json", get(openapi::openapi))
         .route("/vm/list", get(vm::list))
         .route("/vm/install", post(vm::install))
         .route("/vm/{id}/status", get(vm::status))
@@ -53,14 +54,6 @@ pub fn router(state: AppState) -> Router<AppState> {
 
 async fn health() -> &'static str {
     "ok"
-}
-
-/// The routes described for clients (written by hand, checked by a test).
-async fn openapi() -> impl axum::response::IntoResponse {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        include_str!("openapi.json"),
-    )
 }
 
 async fn not_found() -> (StatusCode, &'static str) {

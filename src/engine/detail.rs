@@ -1,12 +1,22 @@
 //! What the UI shows beyond `/api/vm/list`: the create form's catalog and
 //! one VM's page.
 
+use app::rules::Limits;
 use app::types::{Catalog, ListFilter, OsInfo, VmDetail};
 
 use super::{Engine, EngineError, Length};
 use crate::os::RELEASES;
 
 impl Engine {
+    /// `VM_MAX_*`, as the request rules read them.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_cpu: self.config.vm_max_cpu,
+            max_ram_mb: self.config.vm_max_ram_mb,
+            max_disk_gb: self.config.vm_max_disk_gb,
+        }
+    }
+
     pub async fn catalog(&self) -> Result<Catalog, EngineError> {
         let mut oses: Vec<OsInfo> = Vec::new();
         for release in RELEASES {

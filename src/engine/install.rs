@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use app::rules::{MIN_DISK_GB, MIN_RAM_MB};
 use app::types::{JobKind, JobState, VmOutcome};
 
 use super::allocator::Reservation;
@@ -296,9 +297,11 @@ impl Engine {
             cpu = max;
         }
         let mut ram = req.ram;
-        if ram < 512 {
-            step.processing("[*] setting RAM to minimum 512 for system stability");
-            ram = 512;
+        if ram < MIN_RAM_MB {
+            step.processing(format!(
+                "[*] setting RAM to minimum {MIN_RAM_MB} for system stability"
+            ));
+            ram = MIN_RAM_MB;
         } else if let Some(max) = cfg.vm_max_ram_mb.map(i64::from).filter(|max| ram > *max) {
             step.processing(format!("[*] setting RAM to maximum {max}"));
             ram = max;
@@ -307,9 +310,9 @@ impl Engine {
 
         let step = Step::new(job, Some("preparation"), "validating disk size");
         let mut disk_gb = req.disk_gb;
-        if disk_gb < 16 {
-            step.processing("[*] setting disk to minimum 16G");
-            disk_gb = 16;
+        if disk_gb < MIN_DISK_GB as u64 {
+            step.processing(format!("[*] setting disk to minimum {MIN_DISK_GB}G"));
+            disk_gb = MIN_DISK_GB as u64;
         } else if let Some(max) = cfg
             .vm_max_disk_gb
             .map(u64::from)
@@ -349,7 +352,7 @@ impl Engine {
             name,
             // Both were clamped into range above.
             cpu: u32::try_from(cpu).unwrap_or(1),
-            ram: u64::try_from(ram).unwrap_or(512),
+            ram: u64::try_from(ram).unwrap_or(MIN_RAM_MB as u64),
             disk_gb,
             storage,
             image,

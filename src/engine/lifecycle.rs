@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use app::rules::MIN_RAM_MB;
 use app::types::{JobKind, JobState, VmOutcome};
 use serde_json::{Map, Value};
 
@@ -120,12 +121,12 @@ impl Engine {
     /// `{"cpu":4}` → `qm set <id> --cores 4`.
     pub async fn set_cpu(&self, vmid: u32, body: &[u8]) -> Result<(), EngineError> {
         let map = object(body)?;
-        let max = self.config.vm_max_cpu.unwrap_or(32).min(32);
+        let max = self.limits().cpu();
         let out_of_range = || EngineError::bad(format!("cpu must be an integer from 1 to {max}"));
         field(&map, "cpu")?;
         let cpu = integer(&map, "cpu")
             .map_err(|_| out_of_range())?
-            .filter(|c| (1..=i64::from(max)).contains(c))
+            .filter(|c| (1..=max).contains(c))
             .ok_or_else(out_of_range)?;
         let vm = self.ready_for(vmid, false).await?;
         self.set(&vm, vec![("cores".into(), cpu.to_string())]).await
@@ -136,15 +137,17 @@ impl Engine {
         let map = object(body)?;
         let max = self.config.vm_max_ram_mb.map(i64::from);
         let out_of_range = || match max {
-            Some(max) => {
-                EngineError::bad(format!("memory must be an integer from 512 to {max} (MB)"))
-            }
-            None => EngineError::bad("memory must be an integer of at least 512 (MB)"),
+            Some(max) => EngineError::bad(format!(
+                "memory must be an integer from {MIN_RAM_MB} to {max} (MB)"
+            )),
+            None => EngineError::bad(format!(
+                "memory must be an integer of at least {MIN_RAM_MB} (MB)"
+            )),
         };
         field(&map, "memory")?;
         let memory = integer(&map, "memory")
             .map_err(|_| out_of_range())?
-            .filter(|m| *m >= 512 && max.is_none_or(|max| *m <= max))
+            .filter(|m| *m >= MIN_RAM_MB && max.is_none_or(|max| *m <= max))
             .ok_or_else(out_of_range)?;
         let vm = self.ready_for(vmid, false).await?;
         let memory = memory as u64;

@@ -8,6 +8,11 @@ use crate::os::{self, Release};
 
 use super::EngineError;
 
+/// go-pve-qemu's sizes for a field left out (or sent as zero).
+pub const DEFAULT_CPU: i64 = 2;
+pub const DEFAULT_RAM_MB: i64 = 2048;
+pub const DEFAULT_DISK_GB: u64 = 16;
+
 /// A checked `POST /api/vm/install` body. Numbers keep the values asked for:
 /// clamping them is a pipeline step of its own, with events (SPEC §3).
 #[derive(Debug, Clone)]
@@ -121,15 +126,15 @@ impl InstallRequest {
 
         // go-pve-qemu's zero values: 0 means "not given".
         let cpu = match integer(&map, "cpu")? {
-            None | Some(0) => 2,
+            None | Some(0) => DEFAULT_CPU,
             Some(n) => n,
         };
         let ram = match integer(&map, "ram")? {
-            None | Some(0) => 2048,
+            None | Some(0) => DEFAULT_RAM_MB,
             Some(n) => n,
         };
         let disk_gb = match string(&map, "disk")?.filter(|d| !d.is_empty()) {
-            None => 16,
+            None => DEFAULT_DISK_GB,
             Some(d) => parse_gigabytes(&d).ok_or_else(|| bad(messages::disk(&d)))?,
         };
 
