@@ -9,6 +9,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use app::os::Os;
+pub use app::rules::Limits;
+use app::rules::{CPU_CEILING, MIN_DISK_GB, MIN_RAM_MB, VMID_ADDRESSES, is_dns_label};
+pub use app::secret::Secret;
+
 use crate::net::AllowList;
 use crate::scripts::ScriptSet;
 
@@ -47,29 +52,6 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// A value that must never reach a log line or an error message.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: &str) -> Secret {
-        Secret(value.to_string())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<hidden>)")
-    }
-}
-
-/// The operating systems pvedeck installs (SPEC §3.2).
-pub const OS_NAMES: [&str; 3] = ["debian", "ubuntu", "rockylinux"];
-
 #[derive(Debug, Clone)]
 pub struct Config {
     pub port: u16,
@@ -82,16 +64,15 @@ pub struct Config {
     pub assign_ip_start: u8,
     pub assign_ip_end: u8,
     pub allow_ips: AllowList,
-    pub vm_max_cpu: Option<u32>,
-    pub vm_max_ram_mb: Option<u32>,
-    pub vm_max_disk_gb: Option<u32>,
+    /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
+    pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
     pub vm_root_password: Option<Secret>,
     pub reserved: BTreeMap<u32, String>,
     pub data_dir: PathBuf,
     pub image_cache_dir: PathBuf,
-    /// `IMAGE_BASE_<OS>` overrides, keyed by lower-case OS name.
-    pub image_base: BTreeMap<String, String>,
+    /// `IMAGE_BASE_<OS>` overrides.
+    pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
     pub ssh_port: u16,
     pub ssh_poll_interval: Duration,
@@ -138,13 +119,6 @@ impl Config {
 
     pub fn node_ip(&self, node: &str) -> Option<Ipv4Addr> {
         self.nodes.get(node).copied()
-    }
-
-    /// The address a VM with this id gets: the gateway's first three octets + id.
-    pub fn vm_ip(&self, vmid: u32) -> Option<Ipv4Addr> {
-        let last = u8::try_from(vmid).ok()?;
-        let [a, b, c, _] = self.gateway.octets();
-        Some(Ipv4Addr::new(a, b, c, last))
     }
 }
 
@@ -228,7 +202,7 @@ impl Vars<'_> {
         };
 
         let main_node = match (self.get("MAIN_NODE"), backend) {
-            (Some(raw), _) if is_node_name(raw) => raw.to_string(),
+            (Some(raw), _) if is_dns_label(raw) => raw.to_string(),
             (Some(raw), _) => {
                 return Err(invalid(
                     "MAIN_NODE",
@@ -269,7 +243,8 @@ impl Vars<'_> {
         };
 
         // SPEC §1: clamp to 100..=254 and swap a reversed range rather than refuse it.
-        let clamp = |n: u64| n.clamp(100, 254) as u8;
+        let (low, high) = (*VMID_ADDRESSES.start(), *VMID_ADDRESSES.end());
+        let clamp = |n: u64| n.clamp(u64::from(low), u64::from(high)) as u8;
         let start = clamp(self.int_in("ASSIGN_IP_START", 0, u64::MAX)?.unwrap_or(100));
         let end = clamp(self.int_in("ASSIGN_IP_END", 0, u64::MAX)?.unwrap_or(254));
         let (assign_ip_start, assign_ip_end) = if start <= end {
@@ -291,11 +266,13 @@ impl Vars<'_> {
             })?,
         };
 
-        let vm_max_cpu = self.u32_in("VM_MAX_CPU", 1, 32)?;
-        let vm_max_ram_mb = self.u32_in("VM_MAX_RAM", 512, u32::MAX)?;
-        let vm_max_disk_gb = self.u32_in("VM_MAX_DISK", 16, u32::MAX)?;
+        let limits = Limits {
+            max_cpu: self.u32_in("VM_MAX_CPU", 1, CPU_CEILING)?,
+            max_ram_mb: self.u32_in("VM_MAX_RAM", MIN_RAM_MB as u32, u32::MAX)?,
+            max_disk_gb: self.u32_in("VM_MAX_DISK", MIN_DISK_GB as u32, u32::MAX)?,
+        };
         let vm_balloon_min_mb = self.u32_in("VM_BALLOON_MIN", 1, u32::MAX)?;
-        let vm_root_password = self.get("VM_ROOT_PASSWORD").map(|p| Secret(p.to_string()));
+        let vm_root_password = self.get("VM_ROOT_PASSWORD").map(Secret::new);
 
         let reserved = match self.get("RESERVED") {
             None => BTreeMap::new(),
@@ -346,7 +323,7 @@ impl Vars<'_> {
                 .map(str::trim)
                 .map(|t| {
                     if t.len() >= 16 && t.chars().all(|c| c.is_ascii_graphic()) {
-                        Ok(Secret(t.to_string()))
+                        Ok(Secret::new(t))
                     } else {
                         // The value is a secret: name the variable, not the tokens.
                         Err(invalid(
@@ -394,9 +371,7 @@ impl Vars<'_> {
             assign_ip_start,
             assign_ip_end,
             allow_ips,
-            vm_max_cpu,
-            vm_max_ram_mb,
-            vm_max_disk_gb,
+            limits,
             vm_balloon_min_mb,
             vm_root_password,
             reserved,
@@ -431,7 +406,7 @@ impl Vars<'_> {
             if !name.chars().any(|c| c.is_ascii_lowercase()) || raw.trim().is_empty() {
                 continue;
             }
-            if !is_node_name(name) {
+            if !is_dns_label(name) {
                 return Err(invalid(var, raw, "is not for a valid node name"));
             }
             let ip = raw
@@ -443,7 +418,7 @@ impl Vars<'_> {
         Ok(nodes)
     }
 
-    fn image_bases(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+    fn image_bases(&self) -> Result<BTreeMap<Os, String>, ConfigError> {
         let mut bases = BTreeMap::new();
         for (var, raw) in self.0 {
             let Some(os) = var.strip_prefix("IMAGE_BASE_") else {
@@ -453,14 +428,13 @@ impl Vars<'_> {
             if raw.is_empty() {
                 continue;
             }
-            let os = os.to_ascii_lowercase();
-            if !OS_NAMES.contains(&os.as_str()) {
+            let Some(os) = Os::parse(&os.to_ascii_lowercase()) else {
                 return Err(invalid(
                     var,
                     raw,
-                    "is for an OS pvedeck does not install (debian, ubuntu, rockylinux)",
+                    format!("is for an OS pvedeck does not install ({})", Os::names()),
                 ));
-            }
+            };
             let is_url = ["http://", "https://"].iter().any(|scheme| {
                 raw.strip_prefix(scheme)
                     .is_some_and(|rest| !rest.is_empty())
@@ -472,15 +446,6 @@ impl Vars<'_> {
         }
         Ok(bases)
     }
-}
-
-/// Proxmox node names are host names: letters, digits and inner hyphens.
-pub fn is_node_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 /// Proxmox storage ids: `[a-z][a-z0-9\-_.]*[a-z0-9]`.
@@ -501,7 +466,7 @@ fn parse_reserved(raw: &str) -> Result<BTreeMap<u32, String>, String> {
             .trim()
             .parse()
             .ok()
-            .filter(|n| (1..=254).contains(n))
+            .filter(|n| (1..=*VMID_ADDRESSES.end()).contains(n))
             .ok_or_else(|| {
                 format!("is not a list of id:label with ids from 1 to 254 ('{entry}' is not)")
             })?;
@@ -554,7 +519,7 @@ mod tests {
         assert!(c.allow_ips.allows("203.0.113.9".parse().unwrap()));
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
         assert_eq!(c.ssh_poll_attempts, 60);
-        assert_eq!(c.vm_max_cpu, None);
+        assert_eq!(c.limits, Limits::default());
         assert_eq!(c.image_cache_dir, PathBuf::from("./data/images"));
         assert_eq!(c.ssh_key_dir, PathBuf::from("./data/ssh"));
     }
@@ -693,7 +658,7 @@ mod tests {
     fn image_base_must_be_a_url_for_a_known_os() {
         let c = parse(&[("IMAGE_BASE_DEBIAN", "http://127.0.0.1:9/img/")]).unwrap();
         assert_eq!(
-            c.image_base.get("debian").map(String::as_str),
+            c.image_base.get(&Os::Debian).map(String::as_str),
             Some("http://127.0.0.1:9/img")
         );
         assert_eq!(
@@ -730,12 +695,5 @@ mod tests {
     fn secrets_do_not_print() {
         let c = parse(&[("VM_ROOT_PASSWORD", "hunter2")]).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn vm_ip_uses_the_gateway_prefix() {
-        let c = parse(&[("GATEWAY", "10.1.2.254")]).unwrap();
-        assert_eq!(c.vm_ip(101), Some(Ipv4Addr::new(10, 1, 2, 101)));
-        assert_eq!(c.vm_ip(300), None);
     }
 }

@@ -5,11 +5,12 @@
 //! rules), `pve` (the port to Proxmox), `sim` (the simulated cluster).
 
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod jobs;
+pub mod mirror;
 pub mod net;
-pub mod os;
 pub mod pve;
 pub mod scripts;
 mod secret;

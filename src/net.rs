@@ -2,40 +2,14 @@
 
 use std::net::IpAddr;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
+use ipnet::IpNet;
 
-impl Cidr {
-    fn parse(entry: &str) -> Option<Cidr> {
-        let (addr, prefix) = match entry.split_once('/') {
-            Some((addr, prefix)) => (addr.parse::<IpAddr>().ok()?, Some(prefix.parse().ok()?)),
-            None => (entry.parse::<IpAddr>().ok()?, None),
-        };
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(max);
-        (prefix <= max).then_some(Cidr { addr, prefix })
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
+/// One `ALLOW_IPS` entry: `10.0.0.0/8`, or an address alone (a block of one).
+fn block(entry: &str) -> Option<IpNet> {
+    entry
+        .parse::<IpNet>()
+        .ok()
+        .or_else(|| entry.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
 /// A dual-stack listener reports IPv4 clients as `::ffff:a.b.c.d`.
@@ -51,7 +25,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AllowList {
     Everyone,
-    Only(Vec<Cidr>),
+    Only(Vec<IpNet>),
 }
 
 impl AllowList {
@@ -67,7 +41,7 @@ impl AllowList {
             if entry == "0.0.0.0" {
                 return Ok(AllowList::Everyone);
             }
-            blocks.push(Cidr::parse(entry).ok_or_else(|| entry.to_string())?);
+            blocks.push(block(entry).ok_or_else(|| entry.to_string())?);
         }
         if blocks.is_empty() {
             return Ok(AllowList::Everyone);
@@ -78,7 +52,10 @@ impl AllowList {
     pub fn allows(&self, ip: IpAddr) -> bool {
         match self {
             AllowList::Everyone => true,
-            AllowList::Only(blocks) => blocks.iter().any(|b| b.contains(ip)),
+            AllowList::Only(blocks) => {
+                let ip = canonical(ip);
+                blocks.iter().any(|b| b.contains(&ip))
+            }
         }
     }
 }

@@ -4,11 +4,15 @@
 
 use sha_crypt::{PasswordHasher, ShaCrypt};
 
-pub fn hash_password(password: &str) -> Result<String, String> {
+#[derive(Debug, thiserror::Error)]
+#[error("cannot hash the password: {0}")]
+pub struct HashError(String);
+
+pub fn hash_password(password: &str) -> Result<String, HashError> {
     ShaCrypt::default()
         .hash_password(password.as_bytes())
         .map(|hash| hash.as_str().to_string())
-        .map_err(|e| format!("cannot hash the password: {e}"))
+        .map_err(|e| HashError(e.to_string()))
 }
 
 #[cfg(test)]

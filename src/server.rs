@@ -13,10 +13,13 @@ use app::backend::SharedBackend;
 use app::{App, OUTPUT_NAME, shell};
 
 use crate::api;
+use crate::clock::Clock;
 use crate::config::{BackendKind, Config};
-use crate::engine::Engine;
+use crate::engine::{Engine, Parts};
 use crate::jobs::Jobs;
-use crate::sim::SimCluster;
+use crate::mirror::{Http, ImageError, Mirror};
+use crate::pve::Pve;
+use crate::sim::{SimCluster, SimInternet};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,8 +43,8 @@ pub enum StartError {
     Sim(#[from] crate::sim::SimError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    #[error("{0}")]
-    Engine(String),
+    #[error(transparent)]
+    Http(#[from] ImageError),
     #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
     NoSuchSimNode(String, String),
     #[error("cannot listen on {addr}: {source}")]
@@ -66,7 +69,11 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
 /// listener got (VMs fetch the init scripts from it).
 pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
     let config = Arc::new(config);
-    let (pve, sim) = match config.backend {
+    let web = Http::new()?;
+    // The simulated cluster brings its own clock and internet; a real one
+    // runs on wall-clock time and the web.
+    let (pve, mirror, clock, sim): (Arc<dyn Pve>, Arc<dyn Mirror>, Clock, _) = match config.backend
+    {
         BackendKind::Sim => {
             let sim = Arc::new(SimCluster::open(&config)?);
             let names = sim.node_names();
@@ -76,16 +83,28 @@ pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
                     names.join(", "),
                 ));
             }
-            (sim.clone() as Arc<dyn crate::pve::Pve>, Some(sim))
+            let clock = Clock::new(config.sim_speed);
+            let internet = SimInternet::new(clock, web, config.image_base.values().cloned());
+            (sim.clone(), Arc::new(internet), clock, Some(sim))
         }
         BackendKind::Cli => (
-            Arc::new(crate::pve::cli::CliBackend::new(&config)) as Arc<dyn crate::pve::Pve>,
+            Arc::new(crate::pve::cli::CliBackend::new(&config)),
+            Arc::new(web),
+            Clock::real(),
             None,
         ),
     };
     let jobs = Jobs::open(&config.data_dir.join("pvedeck.db"))?;
-    let engine =
-        Arc::new(Engine::new(pve, config.clone(), jobs, port).map_err(StartError::Engine)?);
+    let engine = Arc::new(Engine::new(
+        config.clone(),
+        Parts {
+            pve,
+            mirror,
+            clock,
+            jobs,
+            listen_port: port,
+        },
+    ));
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)

@@ -1,14 +1,14 @@
 //! The engine as the UI's server functions see it (`app::backend::Backend`):
-//! the same engine calls as the `/api` handlers, the same checks, the same
-//! status mapping.
+//! the same wire types as `/api`, the same checks, the same engine calls,
+//! the same status for a refusal.
 
 use std::sync::Arc;
 
 use app::backend::{Backend, Caller};
+use app::request::{Body, InstallBody, SetNode};
 use app::types::{
-    Catalog, InstallForm, Job, JobDetail, ListFilter, Resize, UiError, VmAction, VmDetail, VmList,
+    Catalog, Job, JobDetail, ListFilter, Resize, UiError, VmAction, VmDetail, VmList,
 };
-use serde_json::{Value, json};
 
 use crate::api::status_of;
 use crate::engine::{Engine, EngineError};
@@ -23,19 +23,17 @@ fn ui(e: EngineError) -> UiError {
     }
 }
 
-/// A form value as the API's JSON would carry it: a number when it is one.
-fn number_or_text(value: &str) -> Value {
-    match value.trim().parse::<i64>() {
-        Ok(n) => json!(n),
-        Err(_) => json!(value.trim()),
-    }
-}
-
 impl UiBackend {
     fn authorize(&self, caller: &Caller) -> Result<(), UiError> {
         self.0
             .authorize(caller.ip, caller.token.as_deref())
             .map_err(ui)
+    }
+
+    /// A body checked as `/api` checks it.
+    fn check<B: Body>(&self, body: B) -> Result<B::Checked, UiError> {
+        body.check(self.0.limits())
+            .map_err(|refused| ui(refused.into()))
     }
 }
 
@@ -66,23 +64,17 @@ impl Backend for UiBackend {
     }
 
     async fn jobs(&self) -> Result<Vec<Job>, UiError> {
-        self.0.jobs().list(200).map_err(|e| ui(e.into()))
+        self.0.job_list(200).map_err(ui)
     }
 
     async fn job(&self, id: u64) -> Result<JobDetail, UiError> {
-        let jobs = self.0.jobs();
-        let job = jobs
-            .job(id)
-            .map_err(|e| ui(e.into()))?
-            .ok_or_else(|| ui(EngineError::NotFound(format!("job {id} not found"))))?;
-        let events = jobs.events(id, 0).map_err(|e| ui(e.into()))?;
-        Ok(JobDetail { job, events })
+        self.0.job_detail(id).map_err(ui)
     }
 
-    async fn install(&self, caller: Caller, form: InstallForm) -> Result<u64, UiError> {
+    async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError> {
         self.authorize(&caller)?;
-        let body = serde_json::to_vec(&form).map_err(|e| ui(EngineError::bad(e.to_string())))?;
-        self.0.install(&body).await.map_err(ui)
+        let request = self.check(body)?;
+        self.0.install(request).await.map_err(ui)
     }
 
     async fn action(
@@ -103,35 +95,20 @@ impl Backend for UiBackend {
         result.map_err(ui)
     }
 
-    async fn resize(
-        &self,
-        caller: Caller,
-        vmid: u32,
-        what: Resize,
-        value: String,
-    ) -> Result<(), UiError> {
+    async fn resize(&self, caller: Caller, vmid: u32, change: Resize) -> Result<(), UiError> {
         self.authorize(&caller)?;
-        let value = number_or_text(&value);
-        let (key, engine) = (
-            match what {
-                Resize::Cpu => "cpu",
-                Resize::Memory => "memory",
-                Resize::Disk => "disk",
-            },
-            &self.0,
-        );
-        let body = json!({ key: value }).to_string();
-        let result = match what {
-            Resize::Cpu => engine.set_cpu(vmid, body.as_bytes()).await,
-            Resize::Memory => engine.set_memory(vmid, body.as_bytes()).await,
-            Resize::Disk => engine.set_disk(vmid, body.as_bytes()).await,
+        let engine = &self.0;
+        let result = match change {
+            Resize::Cpu(body) => engine.set_cpu(vmid, self.check(body)?).await,
+            Resize::Memory(body) => engine.set_memory(vmid, self.check(body)?).await,
+            Resize::Disk(body) => engine.grow_disk(vmid, self.check(body)?).await,
         };
         result.map_err(ui)
     }
 
-    async fn migrate(&self, caller: Caller, vmid: u32, node: String) -> Result<u64, UiError> {
+    async fn migrate(&self, caller: Caller, vmid: u32, body: SetNode) -> Result<u64, UiError> {
         self.authorize(&caller)?;
-        let body = json!({ "node": node }).to_string();
-        self.0.migrate(vmid, body.as_bytes()).await.map_err(ui)
+        let node = self.check(body)?;
+        self.0.migrate(vmid, node).await.map_err(ui)
     }
 }

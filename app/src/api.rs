@@ -8,9 +8,8 @@
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
-use crate::types::{
-    Catalog, InstallForm, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList,
-};
+use crate::request::{InstallBody, SetNode};
+use crate::types::{Catalog, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList};
 
 /// What the engine answered: the value, or its refusal.
 pub type Answer<T> = Result<T, UiError>;
@@ -88,9 +87,9 @@ pub async fn get_job(id: u64) -> Result<Answer<JobDetail>, UiError> {
 
 /// Starts an install; returns its job id.
 #[server(prefix = "/fn", endpoint = "install", input = Json)]
-pub async fn start_install(form: InstallForm) -> Result<Answer<u64>, UiError> {
+pub async fn start_install(body: InstallBody) -> Result<Answer<u64>, UiError> {
     let caller = server::caller().await;
-    Ok(server::backend()?.0.install(caller, form).await)
+    Ok(server::backend()?.0.install(caller, body).await)
 }
 
 /// A power action or destroy; start and reboot return their job id.
@@ -100,17 +99,18 @@ pub async fn act_on_vm(vmid: u32, action: VmAction) -> Result<Answer<Option<u64>
     Ok(server::backend()?.0.action(caller, vmid, action).await)
 }
 
+/// `set/cpu`, `set/memory` or `set/disk`, with the same body.
 #[server(prefix = "/fn", endpoint = "resize", input = Json)]
-pub async fn resize_vm(vmid: u32, what: Resize, value: String) -> Result<Answer<()>, UiError> {
+pub async fn resize_vm(vmid: u32, change: Resize) -> Result<Answer<()>, UiError> {
     let caller = server::caller().await;
-    Ok(server::backend()?.0.resize(caller, vmid, what, value).await)
+    Ok(server::backend()?.0.resize(caller, vmid, change).await)
 }
 
 /// Moves a VM to another node; returns the migration's job id.
 #[server(prefix = "/fn", endpoint = "migrate", input = Json)]
-pub async fn migrate_vm(vmid: u32, node: String) -> Result<Answer<u64>, UiError> {
+pub async fn migrate_vm(vmid: u32, body: SetNode) -> Result<Answer<u64>, UiError> {
     let caller = server::caller().await;
-    Ok(server::backend()?.0.migrate(caller, vmid, node).await)
+    Ok(server::backend()?.0.migrate(caller, vmid, body).await)
 }
 
 /// Whether this server wants a login before changes (`API_TOKENS`).

@@ -5,9 +5,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::types::{
-    Catalog, InstallForm, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList,
-};
+use crate::request::{InstallBody, SetNode};
+use crate::types::{Catalog, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList};
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
 /// token (`API_TOKENS`).
@@ -31,7 +30,7 @@ pub trait Backend: Send + Sync {
     async fn job(&self, id: u64) -> Result<JobDetail, UiError>;
 
     // State-changing calls say who asks.
-    async fn install(&self, caller: Caller, form: InstallForm) -> Result<u64, UiError>;
+    async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError>;
     /// A job id for the streamed actions (start, reboot).
     async fn action(
         &self,
@@ -39,14 +38,8 @@ pub trait Backend: Send + Sync {
         vmid: u32,
         action: VmAction,
     ) -> Result<Option<u64>, UiError>;
-    async fn resize(
-        &self,
-        caller: Caller,
-        vmid: u32,
-        what: Resize,
-        value: String,
-    ) -> Result<(), UiError>;
-    async fn migrate(&self, caller: Caller, vmid: u32, node: String) -> Result<u64, UiError>;
+    async fn resize(&self, caller: Caller, vmid: u32, change: Resize) -> Result<(), UiError>;
+    async fn migrate(&self, caller: Caller, vmid: u32, body: SetNode) -> Result<u64, UiError>;
 }
 
 #[derive(Clone)]

@@ -8,8 +8,11 @@ mod components;
 pub mod format;
 #[cfg(feature = "hydrate")]
 mod live;
+pub mod os;
 mod pages;
+pub mod request;
 pub mod rules;
+pub mod secret;
 pub mod timeline;
 pub mod types;
 

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::request::{SetCpu, SetDisk, SetMemory};
+use crate::rules::Limits;
+
 /// Which VMs `/api/vm/list` returns (`?disable=`): go-pve-qemu's
 /// "disabled" means stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -204,31 +207,9 @@ pub struct OsInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Catalog {
     pub oses: Vec<OsInfo>,
-    pub max_cpu: Option<u32>,
-    pub max_ram_mb: Option<u32>,
-    pub max_disk_gb: Option<u32>,
+    pub limits: Limits,
     pub nodes: Vec<String>,
     pub main_node: String,
-}
-
-/// The create form, as `POST /api/vm/install` takes it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct InstallForm {
-    pub os: String,
-    pub version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    pub cpu: i64,
-    pub ram: i64,
-    pub disk: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub user: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub passwd: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub pubkey: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,13 +239,12 @@ impl VmAction {
     }
 }
 
-/// What can be resized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// A change of a VM's resources, as the `set/*` routes take it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Resize {
-    Cpu,
-    Memory,
-    Disk,
+    Cpu(SetCpu),
+    Memory(SetMemory),
+    Disk(SetDisk),
 }
 
 /// One VM for its page.
@@ -275,9 +255,7 @@ pub struct VmDetail {
     pub config: Vec<(String, String)>,
     /// Nodes it could move to: online, not its own.
     pub targets: Vec<String>,
-    pub max_cpu: Option<u32>,
-    pub max_ram_mb: Option<u32>,
-    pub max_disk_gb: Option<u32>,
+    pub limits: Limits,
 }
 
 /// A refusal or failure as the UI shows it: the HTTP status the API would

@@ -93,7 +93,13 @@ test('a field error shows next to its field and blocks the submit', async () => 
     await page.locator('#name-error').textContent(),
     "name '-bad' is not a valid host name (letters, digits and inner '-', at most 59)",
   );
-  assert.equal(await page.locator('#cpu-error').textContent(), 'cpu must be an integer from 1 to 32');
+  // What the install clamps, the form says it will clamp (the server's rule),
+  // and does not refuse.
+  assert.equal(await page.locator('#cpu-note').textContent(), 'will be clamped to 32');
+  assert.equal(await page.locator('#cpu-error').textContent(), '');
+  assert.equal(await page.locator('#cpu').getAttribute('aria-invalid'), 'false');
+  await page.fill('#ram', '1.5');
+  assert.equal(await page.locator('#ram-error').textContent(), 'ram must be an integer');
   assert.equal(await page.locator('#name').getAttribute('aria-invalid'), 'true');
   await page.getByRole('button', { name: 'Create VM' }).click();
   await page.locator('.form-error', { hasText: 'Fix the fields' }).waitFor();

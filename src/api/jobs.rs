@@ -6,9 +6,8 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use serde::Serialize;
 
-use app::types::{Job, JobEvent};
+use app::types::{Job, JobDetail};
 
 use super::{ApiError, sse};
 use crate::server::AppState;
@@ -31,14 +30,7 @@ pub async fn list(
             .filter(|n| (1..=10_000).contains(n))
             .ok_or_else(|| ApiError::bad("limit must be a number from 1 to 10000"))?,
     };
-    Ok(Json(state.engine.jobs().list(limit)?))
-}
-
-#[derive(Serialize)]
-pub struct JobDetail {
-    #[serde(flatten)]
-    job: Job,
-    events: Vec<JobEvent>,
+    Ok(Json(state.engine.job_list(limit)?))
 }
 
 /// `GET /api/jobs/:id`: the job and all its events.
@@ -46,15 +38,7 @@ pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDetail>, ApiError> {
-    let id = job_id(&id)?;
-    let jobs = state.engine.jobs();
-    let job = jobs
-        .job(id)?
-        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
-    Ok(Json(JobDetail {
-        job,
-        events: jobs.events(id, 0)?,
-    }))
+    Ok(Json(state.engine.job_detail(job_id(&id)?)?))
 }
 
 /// `GET /api/jobs/:id/events`: replay, then follow; `Last-Event-ID` (or

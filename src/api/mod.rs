@@ -1,6 +1,7 @@
 //! The `/api` routes: go-pve-qemu's, plus pvedeck's additions. Handlers parse,
 //! call the engine and render; the rules are the engine's.
 
+mod body;
 mod error;
 mod jobs;
 pub mod middleware;

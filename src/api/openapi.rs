@@ -2,29 +2,27 @@
 //! OS table, the defaults and the bounds are filled in from where the engine
 //! keeps them, so the document cannot drift from what the server accepts.
 
-use app::rules::{Limits, MIN_RAM_MB};
+use app::os::{Os, RELEASES};
+use app::rules::{DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::ApiError;
-use crate::engine::request::{DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB};
-use crate::os::RELEASES;
 use crate::server::AppState;
 
 const SHAPES: &str = include_str!("openapi.json");
 
 pub async fn openapi(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    document(state.engine.limits())
+    document(*state.engine.limits())
         .map(Json)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 fn document(limits: Limits) -> Result<Value, serde_json::Error> {
     let mut doc: Value = serde_json::from_str(SHAPES)?;
-    let mut oses: Vec<&str> = RELEASES.iter().map(|r| r.os).collect();
-    oses.dedup();
+    let oses: Vec<&str> = Os::ALL.map(Os::name).to_vec();
     let versions: Vec<&str> = RELEASES.iter().map(|r| r.version).collect();
     let ram_bounds = match limits.max_ram_mb {
         Some(max) => json!({"minimum": MIN_RAM_MB, "maximum": max}),

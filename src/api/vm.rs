@@ -3,16 +3,21 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::response::Response;
 
+use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
 use app::types::{ListFilter, VmList};
 
+use super::body::Checked;
 use super::{ApiError, sse};
 use crate::server::AppState;
 
-/// A path id: where go-pve-qemu answered 500, we answer 400.
+/// The `:id` of a VM route. Read before the body: a bad id is the first
+/// thing a client hears of. Where go-pve-qemu answered 500, we answer 400.
+pub struct VmId(u32);
+
 fn vmid(raw: &str) -> Result<u32, ApiError> {
     raw.parse::<u32>()
         .ok()
@@ -22,6 +27,17 @@ fn vmid(raw: &str) -> Result<u32, ApiError> {
                 "invalid VM id '{raw}': a VMID is a number from 100"
             ))
         })
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for VmId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad(e.body_text()))?;
+        vmid(&raw).map(VmId)
+    }
 }
 
 /// `GET /api/vm/list[?disable=0|1]`
@@ -34,91 +50,82 @@ pub async fn list(
 }
 
 /// `POST /api/vm/install`: checks the request, starts the job, streams it.
-pub async fn install(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let job = state.engine.install(&body).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
-}
-
-pub async fn status(
+pub async fn install(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<String, ApiError> {
-    Ok(state.engine.vm_status(vmid(&id)?).await?)
-}
-
-pub async fn start(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    Checked(request): Checked<InstallBody>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.start(vmid(&id)?).await?;
+    let job = state.engine.install(request).await?;
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
-pub async fn reboot(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let job = state.engine.reboot(vmid(&id)?).await?;
+pub async fn status(State(state): State<AppState>, VmId(id): VmId) -> Result<String, ApiError> {
+    Ok(state.engine.vm_status(id).await?)
+}
+
+pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
+    let job = state.engine.start(id).await?;
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
-pub async fn stop(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<&'static str, ApiError> {
-    state.engine.stop(vmid(&id)?).await?;
+pub async fn reboot(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
+    let job = state.engine.reboot(id).await?;
+    sse::job_events(state.engine.jobs(), job, 0)
+}
+
+pub async fn stop(State(state): State<AppState>, VmId(id): VmId) -> Result<&'static str, ApiError> {
+    state.engine.stop(id).await?;
     Ok("ok")
 }
 
 pub async fn shutdown(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
-    state.engine.shutdown(vmid(&id)?).await?;
+    state.engine.shutdown(id).await?;
     Ok("ok")
 }
 
 pub async fn destroy(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
-    state.engine.destroy(vmid(&id)?).await?;
+    state.engine.destroy(id).await?;
     Ok("ok")
 }
 
 pub async fn set_cpu(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    VmId(id): VmId,
+    Checked(cores): Checked<SetCpu>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.set_cpu(vmid(&id)?, &body).await?;
+    state.engine.set_cpu(id, cores).await?;
     Ok("ok")
 }
 
 pub async fn set_memory(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    VmId(id): VmId,
+    Checked(memory): Checked<SetMemory>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.set_memory(vmid(&id)?, &body).await?;
+    state.engine.set_memory(id, memory).await?;
     Ok("ok")
 }
 
 pub async fn set_disk(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    VmId(id): VmId,
+    Checked(growth): Checked<SetDisk>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.set_disk(vmid(&id)?, &body).await?;
+    state.engine.grow_disk(id, growth).await?;
     Ok("ok")
 }
 
 pub async fn set_node(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    VmId(id): VmId,
+    Checked(node): Checked<SetNode>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.migrate(vmid(&id)?, &body).await?;
+    let job = state.engine.migrate(id, node).await?;
     sse::job_events(state.engine.jobs(), job, 0)
 }
 

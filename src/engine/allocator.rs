@@ -1,13 +1,35 @@
-//! VMID allocation (SPEC §3.1). A VMID handed to an install stays reserved
+//! VMIDs and addresses (SPEC §3.1), all of it: the address a VMID gets, the
+//! ids `RESERVED` keeps for other hosts, the scan for a free id, and the
+//! check of an id asked for. An id handed to an install stays reserved
 //! inside the server until that install ends, so concurrent installs never
 //! get the same one (go-pve-qemu raced here).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Ids reserved by running installs.
-#[derive(Default)]
+use super::EngineError;
+use super::report::one_line;
+use crate::config::Config;
+use crate::pve::{PveError, Timed};
+
+/// Why no id could be found.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocError {
+    #[error("no free VMID in {}-{}", .0.start(), .0.end())]
+    NoneFree(RangeInclusive<u32>),
+    #[error("{}", one_line(&.0.to_string()))]
+    Pve(#[from] PveError),
+}
+
 pub struct Allocator {
+    gateway: Ipv4Addr,
+    /// `ASSIGN_IP_START..=ASSIGN_IP_END`.
+    range: RangeInclusive<u32>,
+    /// `RESERVED`: id → label.
+    reserved: BTreeMap<u32, String>,
+    /// Ids held by running installs.
     taken: Mutex<BTreeSet<u32>>,
 }
 
@@ -24,21 +46,54 @@ impl Drop for Reservation {
 }
 
 impl Allocator {
+    pub fn new(config: &Config) -> Allocator {
+        Allocator {
+            gateway: config.gateway,
+            range: u32::from(config.assign_ip_start)..=u32::from(config.assign_ip_end),
+            reserved: config.reserved.clone(),
+            taken: Mutex::new(BTreeSet::new()),
+        }
+    }
+
     fn taken(&self) -> MutexGuard<'_, BTreeSet<u32>> {
         self.taken.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The address a VMID gets: the gateway's first three octets + the id.
+    pub fn ip(&self, vmid: u32) -> Option<Ipv4Addr> {
+        let last = u8::try_from(vmid).ok()?;
+        let [a, b, c, _] = self.gateway.octets();
+        Some(Ipv4Addr::new(a, b, c, last))
+    }
+
+    /// The address of a VM pvedeck acts on; ids above 255 have none.
+    pub fn address(&self, vmid: u32) -> Result<Ipv4Addr, EngineError> {
+        self.ip(vmid).ok_or_else(|| {
+            EngineError::bad(format!("VM {vmid} has no address: ids above 255 have none"))
+        })
+    }
+
+    /// The label of a reserved id.
+    pub fn reserved(&self, vmid: u32) -> Option<&str> {
+        self.reserved.get(&vmid).map(String::as_str)
+    }
+
+    pub fn reserved_ids(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.reserved
+            .iter()
+            .map(|(id, label)| (*id, label.as_str()))
+    }
+
     /// Reserves `vmid` if no other install holds it.
-    pub fn reserve(self: &Arc<Self>, vmid: u32) -> Option<Reservation> {
+    fn reserve(self: &Arc<Self>, vmid: u32) -> Option<Reservation> {
         self.taken().insert(vmid).then(|| Reservation {
             vmid,
             allocator: self.clone(),
         })
     }
 
-    /// Reserves the first id of `candidates` that `free` does not exclude
-    /// and no install holds.
-    pub fn reserve_first(
+    /// Reserves the first id of `candidates` that no install holds.
+    fn reserve_first(
         self: &Arc<Self>,
         candidates: impl IntoIterator<Item = u32>,
     ) -> Option<Reservation> {
@@ -50,15 +105,82 @@ impl Allocator {
             allocator: self.clone(),
         })
     }
+
+    /// An id asked for must be one the range assigns.
+    pub fn check_in_range(&self, id: u32) -> Result<(), EngineError> {
+        if self.range.contains(&id) {
+            return Ok(());
+        }
+        Err(EngineError::bad(format!(
+            "id {id} is outside the assignable range {}-{}",
+            self.range.start(),
+            self.range.end()
+        )))
+    }
+
+    /// An id asked for: go-pve-qemu used it unchecked; we refuse one that is
+    /// reserved, exists, or is being installed.
+    pub async fn reserve_explicit(
+        self: &Arc<Self>,
+        id: u32,
+        proxmox: &Timed,
+    ) -> Result<Reservation, EngineError> {
+        if let Some(label) = self.reserved(id) {
+            return Err(EngineError::bad(format!("id {id} is reserved ({label})")));
+        }
+        let vms = proxmox.cluster_vms().await?;
+        if let Some(vm) = vms.iter().find(|vm| vm.vmid == id) {
+            return Err(EngineError::Conflict(format!(
+                "VM {id} already exists on node '{}'",
+                vm.node
+            )));
+        }
+        self.reserve(id)
+            .ok_or_else(|| EngineError::Conflict(format!("VM {id} is being installed already")))
+    }
+
+    /// The first id of the range that no VM has, that is not reserved, and
+    /// where nothing answers on `ssh_port` (where pvedeck will reach the VM).
+    pub async fn allocate(
+        self: &Arc<Self>,
+        proxmox: &Timed,
+        ssh_port: u16,
+    ) -> Result<Reservation, AllocError> {
+        let vms = proxmox.cluster_vms().await?;
+        let used: BTreeSet<u32> = vms.iter().map(|vm| vm.vmid).collect();
+        let mut answered = BTreeSet::new();
+        loop {
+            let candidates = self.range.clone().filter(|id| {
+                !used.contains(id) && !self.reserved.contains_key(id) && !answered.contains(id)
+            });
+            let reservation = self
+                .reserve_first(candidates)
+                .ok_or_else(|| AllocError::NoneFree(self.range.clone()))?;
+            let Some(ip) = self.ip(reservation.vmid) else {
+                return Err(AllocError::NoneFree(self.range.clone()));
+            };
+            if !proxmox.probe(ip, ssh_port).await {
+                return Ok(reservation);
+            }
+            tracing::info!(%ip, "VMID allocation: something answers on the SSH port, skipped");
+            answered.insert(reservation.vmid);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn allocator(vars: &[(&str, &str)]) -> Arc<Allocator> {
+        Arc::new(Allocator::new(
+            &Config::from_vars(vars.iter().copied()).unwrap(),
+        ))
+    }
+
     #[test]
     fn reserved_ids_are_skipped_until_released() {
-        let a = Arc::new(Allocator::default());
+        let a = allocator(&[]);
         let first = a.reserve_first(100..=102).unwrap();
         let second = a.reserve_first(100..=102).unwrap();
         assert_eq!((first.vmid, second.vmid), (100, 101));
@@ -69,5 +191,24 @@ mod tests {
         let third = a.reserve_first(100..=102).unwrap();
         assert_eq!(third.vmid, 102);
         assert!(a.reserve_first(100..=102).is_none());
+    }
+
+    #[test]
+    fn addresses_use_the_gateway_prefix() {
+        let a = allocator(&[("GATEWAY", "10.1.2.254"), ("RESERVED", "120:router")]);
+        assert_eq!(a.ip(101), Some(Ipv4Addr::new(10, 1, 2, 101)));
+        assert_eq!(a.ip(300), None);
+        assert!(a.address(300).is_err());
+        assert_eq!(a.reserved(120), Some("router"));
+    }
+
+    #[test]
+    fn an_id_asked_for_must_be_in_the_assignable_range() {
+        let a = allocator(&[("ASSIGN_IP_START", "100"), ("ASSIGN_IP_END", "200")]);
+        assert!(a.check_in_range(150).is_ok());
+        assert_eq!(
+            a.check_in_range(220).map_err(|e| e.to_string()),
+            Err("id 220 is outside the assignable range 100-200".to_string())
+        );
     }
 }

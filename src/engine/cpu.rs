@@ -2,6 +2,9 @@
 //! x86-64 level every node supports, so a VM can run, and migrate, anywhere.
 
 use std::collections::HashSet;
+use std::sync::Mutex;
+
+use crate::pve::{PveError, Timed};
 
 const V2: [&str; 6] = ["cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"];
 const AES: [&str; 2] = ["aes", "pclmulqdq"];
@@ -52,6 +55,50 @@ pub fn cluster_type(nodes: &[NodeLevel]) -> &'static str {
         2 if nodes.iter().all(|n| n.aes) => "x86-64-v2-AES",
         2 => "x86-64-v2",
         _ => "kvm64",
+    }
+}
+
+/// The detected baseline, kept for the node list it was detected for.
+#[derive(Default)]
+pub struct Baseline {
+    cached: Mutex<Option<(Vec<String>, &'static str)>>,
+}
+
+impl Baseline {
+    /// The `--cpu` type, detected once per node list. A node that cannot
+    /// tell its flags (offline) makes it `kvm64`; Proxmox not answering in
+    /// time is an error: an install waits for no hung `pvesh`.
+    pub async fn detect(&self, proxmox: &Timed) -> Result<&'static str, PveError> {
+        let nodes = match proxmox.cluster_nodes().await {
+            Ok(nodes) => nodes,
+            Err(e @ PveError::Timeout { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!("CPU baseline: cannot list nodes ({e}); using kvm64");
+                return Ok("kvm64");
+            }
+        };
+        let mut names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        names.sort();
+        if let Some((cached_for, cpu)) = &*self.cached.lock().unwrap_or_else(|p| p.into_inner())
+            && *cached_for == names
+        {
+            return Ok(cpu);
+        }
+        let mut levels = Vec::new();
+        for name in &names {
+            match proxmox.node_status(name).await {
+                Ok(status) => levels.push(node_level(&status.cpuinfo.flags)),
+                Err(e @ PveError::Timeout { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(node = name, "CPU baseline: {e}; using kvm64");
+                    return Ok("kvm64");
+                }
+            }
+        }
+        let cpu = cluster_type(&levels);
+        tracing::info!(cpu, nodes = ?names, "CPU baseline detected");
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((names, cpu));
+        Ok(cpu)
     }
 }
 

@@ -1,35 +1,23 @@
 //! What the UI shows beyond `/api/vm/list`: the create form's catalog and
 //! one VM's page.
 
-use app::rules::Limits;
+use app::os::Os;
 use app::types::{Catalog, ListFilter, OsInfo, VmDetail};
 
-use super::{Engine, EngineError, Length};
-use crate::os::RELEASES;
+use super::{Engine, EngineError};
 
 impl Engine {
-    /// `VM_MAX_*`, as the request rules read them.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_cpu: self.config.vm_max_cpu,
-            max_ram_mb: self.config.vm_max_ram_mb,
-            max_disk_gb: self.config.vm_max_disk_gb,
-        }
-    }
-
     pub async fn catalog(&self) -> Result<Catalog, EngineError> {
-        let mut oses: Vec<OsInfo> = Vec::new();
-        for release in RELEASES {
-            match oses.iter_mut().find(|o| o.os == release.os) {
-                Some(info) => info.versions.push(release.version.to_string()),
-                None => oses.push(OsInfo {
-                    os: release.os.to_string(),
-                    versions: vec![release.version.to_string()],
-                    default_user: release.default_user.to_string(),
-                }),
-            }
-        }
+        let oses = Os::ALL
+            .into_iter()
+            .map(|os| OsInfo {
+                os: os.to_string(),
+                versions: os.versions().into_iter().map(str::to_string).collect(),
+                default_user: os.default_user().to_string(),
+            })
+            .collect();
         let mut nodes: Vec<String> = self
+            .proxmox
             .cluster_nodes()
             .await?
             .into_iter()
@@ -39,9 +27,7 @@ impl Engine {
         nodes.sort();
         Ok(Catalog {
             oses,
-            max_cpu: self.config.vm_max_cpu,
-            max_ram_mb: self.config.vm_max_ram_mb,
-            max_disk_gb: self.config.vm_max_disk_gb,
+            limits: self.config.limits,
             nodes,
             main_node: self.config.main_node.clone(),
         })
@@ -59,15 +45,12 @@ impl Engine {
         let config = if located.resource.status == "unknown" {
             Vec::new()
         } else {
-            self.call(
-                Length::Short,
-                "qm config",
-                self.pve.config(&located.node, vmid),
-            )
-            .await?
-            .into_iter()
-            .filter(|(k, _)| k != "sshkeys" && k != "cipassword" && k != "digest")
-            .collect()
+            self.proxmox
+                .config(&located.node, vmid)
+                .await?
+                .into_iter()
+                .filter(|(k, _)| k != "sshkeys" && k != "cipassword" && k != "digest")
+                .collect()
         };
         let targets = list
             .cluster
@@ -79,9 +62,7 @@ impl Engine {
             vm,
             config,
             targets,
-            max_cpu: self.config.vm_max_cpu,
-            max_ram_mb: self.config.vm_max_ram_mb,
-            max_disk_gb: self.config.vm_max_disk_gb,
+            limits: self.config.limits,
         })
     }
 }

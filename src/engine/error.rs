@@ -1,3 +1,5 @@
+use app::request::Refusal;
+
 use crate::pve::PveError;
 use crate::store::StoreError;
 
@@ -21,6 +23,8 @@ pub enum EngineError {
     /// A valid token is needed (`API_TOKENS`): 401.
     #[error("{0}")]
     Unauthorized(String),
+    /// Proxmox refused (500), did not answer in time (504), or printed what
+    /// pvedeck cannot read (500).
     #[error(transparent)]
     Pve(#[from] PveError),
     #[error(transparent)]
@@ -30,5 +34,11 @@ pub enum EngineError {
 impl EngineError {
     pub fn bad(msg: impl Into<String>) -> EngineError {
         EngineError::BadRequest(msg.into())
+    }
+}
+
+impl From<Refusal> for EngineError {
+    fn from(refusal: Refusal) -> EngineError {
+        EngineError::BadRequest(refusal.0)
     }
 }

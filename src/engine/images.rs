@@ -1,95 +1,58 @@
-//! Cloud images (SPEC §3.2): checked with a `HEAD`, downloaded into the cache
-//! under a temporary name and renamed once complete, so a partial file is
-//! never taken for an image. In `sim` mode, without an `IMAGE_BASE_<OS>`
-//! override, the internet is simulated too: pvedeck must not reach out.
+//! Cloud images (SPEC §3.2) and the install's `OS preparation` stage: the
+//! URL, its `HEAD`, the download into the cache under a temporary name,
+//! renamed once complete, so a partial file is never taken for an image.
+//! Where images come from is the `Mirror` the server was built with.
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
+use app::os::{Os, Release};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::config::{BackendKind, Config};
-use crate::os::Release;
-use crate::sim::clock::Clock;
-
-const HEAD_TIMEOUT: Duration = Duration::from_secs(15);
-/// A download that delivers nothing for this long is given up.
-const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+use super::Engine;
+use super::install::{Cleanup, Failure};
+use super::report::Step;
+use crate::jobs::JobHandle;
+use crate::mirror::{ImageError, Mirror};
 
 /// Where an image comes from and where it goes.
 #[derive(Debug, Clone)]
 pub struct ImagePlan {
     pub url: String,
     pub path: PathBuf,
-    /// Served by the simulated internet (sim mode, no override).
-    pub simulated: bool,
-    release: Release,
 }
 
 pub struct Images {
-    client: reqwest::Client,
+    mirror: Arc<dyn Mirror>,
     cache_dir: PathBuf,
-    bases: std::collections::BTreeMap<String, String>,
-    simulate: bool,
-    clock: Clock,
+    bases: BTreeMap<Os, String>,
     /// One download per file at a time; the others wait and then use it.
     downloading: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Images {
-    pub fn new(config: &Config) -> Result<Images, String> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(15))
-            .user_agent(concat!("pvedeck/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
-        Ok(Images {
-            client,
-            cache_dir: config.image_cache_dir.clone(),
-            bases: config.image_base.clone(),
-            simulate: config.backend == BackendKind::Sim,
-            clock: Clock::new(config.sim_speed),
+    pub fn new(mirror: Arc<dyn Mirror>, cache_dir: PathBuf, bases: BTreeMap<Os, String>) -> Images {
+        Images {
+            mirror,
+            cache_dir,
+            bases,
             downloading: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     pub fn plan(&self, release: &Release) -> ImagePlan {
-        let base = self.bases.get(release.os);
+        let base = self.bases.get(&release.os);
         ImagePlan {
             url: release.image_url(base.map(String::as_str)),
             path: self.cache_dir.join(release.file_name()),
-            simulated: self.simulate && base.is_none(),
-            release: *release,
-        }
-    }
-
-    /// `HEAD <url>` must answer 200 within 15 s.
-    pub async fn check(&self, plan: &ImagePlan) -> Result<(), String> {
-        if plan.simulated {
-            self.clock.sleep(300).await;
-            return Ok(());
-        }
-        let res = self
-            .client
-            .head(&plan.url)
-            .timeout(HEAD_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| describe(&e))?;
-        match res.status().as_u16() {
-            200 => Ok(()),
-            code => Err(format!("HEAD {} answered {code}", plan.url)),
         }
     }
 
     /// Holds the image's download slot: a second install of the same image
     /// waits here, then finds the file.
-    pub async fn hold(&self, plan: &ImagePlan) -> OwnedMutexGuard<()> {
+    async fn hold(&self, plan: &ImagePlan) -> OwnedMutexGuard<()> {
         let slot = {
             let mut map = self.downloading.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(plan.path.clone()).or_default().clone()
@@ -97,130 +60,46 @@ impl Images {
         slot.lock_owned().await
     }
 
-    /// Downloads the image; `progress(done, total)` is called as bytes arrive.
-    pub async fn download(
+    /// Downloads into a file of a random name in the cache, created
+    /// exclusively, renamed to the image's name once complete; removed on
+    /// failure.
+    async fn download(
         &self,
         plan: &ImagePlan,
         progress: &(dyn Fn(u64, Option<u64>) + Send + Sync),
-    ) -> Result<(), String> {
-        std::fs::create_dir_all(&self.cache_dir)
-            .map_err(|e| format!("cannot create {}: {e}", self.cache_dir.display()))?;
-        let part = partial_name(&plan.path);
-        let result = if plan.simulated {
-            self.fake_download(plan, &part, progress).await
-        } else {
-            self.http_download(plan, &part, progress).await
+    ) -> Result<(), ImageError> {
+        let create = |source| ImageError::Create {
+            path: self.cache_dir.clone(),
+            source,
         };
-        match result {
-            Ok(()) => std::fs::rename(&part, &plan.path)
-                .map_err(|e| format!("cannot move the image into place: {e}")),
-            Err(e) => {
-                let _ = std::fs::remove_file(&part);
-                Err(e)
-            }
-        }
-    }
-
-    async fn http_download(
-        &self,
-        plan: &ImagePlan,
-        part: &Path,
-        progress: &(dyn Fn(u64, Option<u64>) + Send + Sync),
-    ) -> Result<(), String> {
-        let res = self
-            .client
-            .get(&plan.url)
-            .send()
-            .await
-            .map_err(|e| describe(&e))?;
-        if res.status().as_u16() != 200 {
-            return Err(format!(
-                "GET {} answered {}",
-                plan.url,
-                res.status().as_u16()
-            ));
-        }
-        let total = res.content_length();
-        let mut file = tokio::fs::File::create(part)
-            .await
-            .map_err(|e| format!("cannot write {}: {e}", part.display()))?;
-        let mut stream = res.bytes_stream();
-        let mut done = 0u64;
-        loop {
-            let chunk = match tokio::time::timeout(STALL_TIMEOUT, stream.next()).await {
-                Err(_) => return Err(format!("no data for {}s", STALL_TIMEOUT.as_secs())),
-                Ok(None) => break,
-                Ok(Some(chunk)) => chunk.map_err(|e| describe(&e))?,
-            };
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", part.display()))?;
-            done += chunk.len() as u64;
-            progress(done, total);
-        }
-        if let Some(total) = total
-            && done != total
-        {
-            return Err(format!("download ended after {done} of {total} bytes"));
-        }
-        file.sync_all()
-            .await
-            .map_err(|e| format!("cannot write {}: {e}", part.display()))
-    }
-
-    /// The simulated internet: about 25 MB/s, and a file with a real qcow2
-    /// header (so the simulated `qm importdisk` reads its virtual size).
-    async fn fake_download(
-        &self,
-        plan: &ImagePlan,
-        part: &Path,
-        progress: &(dyn Fn(u64, Option<u64>) + Send + Sync),
-    ) -> Result<(), String> {
-        let total = plan.release.virtual_gib * (200 << 20);
-        let chunks = 50u64;
-        for i in 1..=chunks {
-            self.clock.sleep(total / (25 << 20) * 1000 / chunks).await;
-            progress(total * i / chunks, Some(total));
-        }
-        let mut header = vec![0u8; 512];
-        header[..4].copy_from_slice(b"QFI\xfb");
-        header[4..8].copy_from_slice(&3u32.to_be_bytes());
-        header[24..32].copy_from_slice(&(plan.release.virtual_gib << 30).to_be_bytes());
-        let mut file = std::fs::File::create(part)
-            .map_err(|e| format!("cannot write {}: {e}", part.display()))?;
-        file.write_all(&header)
-            .map_err(|e| format!("cannot write {}: {e}", part.display()))
-    }
-}
-
-/// `debian-12-generic-amd64.qcow2.part-<pid>-<n>`: never mistaken for the image.
-fn partial_name(path: &Path) -> PathBuf {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".part-{}-{n}", std::process::id()));
-    PathBuf::from(name)
-}
-
-fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "no answer within 15s".to_string()
-    } else if e.is_connect() {
-        format!("cannot connect: {e}")
-    } else {
-        e.to_string()
+        std::fs::create_dir_all(&self.cache_dir).map_err(create)?;
+        let part = tempfile::Builder::new()
+            .prefix(".part-")
+            .tempfile_in(&self.cache_dir)
+            .map_err(create)?;
+        let mut file = part
+            .reopen()
+            .map(tokio::fs::File::from_std)
+            .map_err(create)?;
+        self.mirror
+            .fetch(&plan.url, &mut file, part.path(), progress)
+            .await?;
+        drop(file);
+        part.persist(&plan.path)
+            .map(drop)
+            .map_err(|e| ImageError::Rename(e.error))
     }
 }
 
 /// Throttles download progress to an event every 5 % or 2 s.
 pub struct ProgressGate {
-    last_pct: Mutex<(u64, std::time::Instant)>,
+    last_pct: Mutex<(u64, Instant)>,
 }
 
 impl Default for ProgressGate {
     fn default() -> Self {
         ProgressGate {
-            last_pct: Mutex::new((0, std::time::Instant::now())),
+            last_pct: Mutex::new((0, Instant::now())),
         }
     }
 }
@@ -232,7 +111,7 @@ impl ProgressGate {
         let pct = total.filter(|t| *t > 0).map_or(0, |t| done * 100 / t);
         let due = pct >= last.0 + 5 || last.1.elapsed() >= Duration::from_secs(2);
         if due && (pct < 100 || last.0 < 100) {
-            *last = (pct - pct % 5, std::time::Instant::now());
+            *last = (pct - pct % 5, Instant::now());
             return true;
         }
         false
@@ -244,16 +123,69 @@ pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+impl Engine {
+    /// Stage `OS preparation`: the image URL, its check, the download (or
+    /// the cached file).
+    pub(super) async fn os_image_stage(
+        &self,
+        job: &JobHandle,
+        release: &Release,
+    ) -> Result<PathBuf, Failure> {
+        let step = Step::new(job, Some("OS preparation"), "getting OS image");
+        step.processing("[*] get OS image download link");
+        let plan = self.images.plan(release);
+        step.success(&format!("[+] OS image URL obtained: {}", plan.url));
+
+        let step = Step::new(job, Some("OS preparation"), "validating OS image URL");
+        step.processing("[*] check OS image URL availability");
+        self.images.mirror.check(&plan.url).await.map_err(|e| {
+            Failure::new(
+                &step,
+                format!("[-] OS image URL is not accessible: {e}"),
+                Cleanup::Nothing,
+            )
+        })?;
+        step.success("[+] OS image URL is valid");
+
+        // A concurrent install of the same image finishes its download first.
+        let _slot = self.images.hold(&plan).await;
+        if plan.path.is_file() {
+            let step = Step::new(job, Some("OS preparation"), "using OS image");
+            step.success(&format!("[+] using OS image {}", plan.path.display()));
+            return Ok(plan.path);
+        }
+        let step = Step::new(job, Some("OS preparation"), "downloading OS image");
+        step.processing("[*] start downloading OS image");
+        let gate = ProgressGate::default();
+        let progress = |done: u64, total: Option<u64>| {
+            if gate.pass(done, total) {
+                let line = match total {
+                    Some(t) if t > 0 => format!(
+                        "[*] downloaded {} of {} ({}%)",
+                        mib(done),
+                        mib(t),
+                        done * 100 / t
+                    ),
+                    _ => format!("[*] downloaded {}", mib(done)),
+                };
+                step.processing(line);
+            }
+        };
+        self.images.download(&plan, &progress).await.map_err(|e| {
+            Failure::new(
+                &step,
+                format!("[-] failed to download OS image: {e}"),
+                Cleanup::Nothing,
+            )
+        })?;
+        step.success("[+] completed OS image download");
+        Ok(plan.path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partial_files_never_have_the_image_name() {
-        let p = partial_name(Path::new("/tmp/debian-12-generic-amd64.qcow2"));
-        assert!(p.to_string_lossy().contains(".part-"));
-        assert_ne!(p, Path::new("/tmp/debian-12-generic-amd64.qcow2"));
-    }
 
     #[test]
     fn progress_is_throttled_to_five_percent_steps() {

@@ -1,35 +1,28 @@
-//! The install pipeline (SPEC §3): every stage and step in order, with the
-//! failure contract of §3.5.
+//! The install pipeline (SPEC §3): its stages in order, and the failure
+//! contract of §3.5. The rules the stages apply live in their own modules:
+//! VMIDs and addresses (`allocator`), the image stage (`images`), the SSH key
+//! stage (`sshkey`), the storage check (`storage`), disk sizes (`disk`),
+//! readiness (`readiness`), the CPU baseline (`cpu`), balloons (`memory`).
 
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use app::rules::{MIN_DISK_GB, MIN_RAM_MB};
-use app::types::{JobKind, JobState, VmOutcome};
+use app::request::InstallRequest;
+use app::rules::{Clamp, MIN_DISK_GB, MIN_RAM_MB};
+use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use super::allocator::Reservation;
-use super::images::{ProgressGate, mib};
 use super::report::{Step, elapsed, one_line};
-use super::request::InstallRequest;
 use super::sshkey::{self, KeyPair};
-use super::{Engine, EngineError, Length};
+use super::{Engine, EngineError, memory, storage};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions};
 
-/// Storage types a VM disk can be imported to.
-const STORAGE_TYPES: [&str; 4] = ["dir", "zfspool", "lvmthin", "nfs"];
-/// Tries of `qm resize`, and the pause between them.
-const RESIZE_TRIES: u32 = 3;
-const RESIZE_PAUSE_MS: u64 = 5000;
-/// An SSH attempt that hangs is given up after this long.
-const SSH_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-
 /// What to do about the VM when a step fails (SPEC §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cleanup {
+pub(super) enum Cleanup {
     /// No VM exists.
     Nothing,
     /// Force stop and `qm destroy --purge --skiplock`.
@@ -38,32 +31,35 @@ enum Cleanup {
     Keep,
 }
 
-struct Failure {
+/// A failed step: its name, its `[-] …` message, what §3.5 does about it.
+pub(super) struct Failure {
     step: String,
     message: String,
     cleanup: Cleanup,
 }
 
-/// A failed Proxmox call as the step's error: `[-] <what>: <Proxmox's message>`.
-fn call_failed(
+impl Failure {
+    pub(super) fn new(step: &Step<'_>, message: String, cleanup: Cleanup) -> Failure {
+        Failure {
+            step: step.name.clone(),
+            message,
+            cleanup,
+        }
+    }
+}
+
+/// A failed call as the step's error: `[-] <what>: <the error>`.
+fn failed<E: std::fmt::Display>(
     step: &Step<'_>,
     what: &str,
     cleanup: Cleanup,
-) -> impl FnOnce(crate::pve::PveError) -> Failure {
+) -> impl FnOnce(E) -> Failure {
     move |e| {
-        failed(
+        Failure::new(
             step,
             format!("[-] {what}: {}", one_line(&e.to_string())),
             cleanup,
         )
-    }
-}
-
-fn failed(step: &Step<'_>, message: String, cleanup: Cleanup) -> Failure {
-    Failure {
-        step: step.name.clone(),
-        message,
-        cleanup,
     }
 }
 
@@ -75,7 +71,6 @@ struct Plan {
     cpu: u32,
     ram: u64,
     disk_gb: u64,
-    storage: String,
     image: PathBuf,
     key: KeyPair,
     /// The node the VM is on (main node, then the migration target).
@@ -85,12 +80,13 @@ struct Plan {
 impl Engine {
     /// Checks what can be checked before a job exists, starts the install
     /// job and returns its id. A refused request has run no `qm`.
-    pub async fn install(self: &Arc<Self>, body: &[u8]) -> Result<u64, EngineError> {
-        let request = InstallRequest::parse(body, &self.config)?;
-
+    pub async fn install(self: &Arc<Self>, request: InstallRequest) -> Result<u64, EngineError> {
+        if let Some(id) = request.id {
+            self.allocator.check_in_range(id)?;
+        }
         if let Some(node) = &request.node {
-            let nodes = self.cluster_nodes().await?;
-            if !nodes.iter().any(|n| &n.node == node) {
+            let nodes = self.proxmox.cluster_nodes().await?;
+            if !nodes.iter().any(|n| n.node == node.as_str()) {
                 return Err(EngineError::bad(format!(
                     "node '{node}' is not a node of the cluster"
                 )));
@@ -98,18 +94,16 @@ impl Engine {
         }
         let reservation = match request.id {
             None => None,
-            Some(id) => Some(self.reserve_explicit(id).await?),
+            Some(id) => Some(self.allocator.reserve_explicit(id, &self.proxmox).await?),
         };
 
+        let named = match request.name.as_str() {
+            "" => String::new(),
+            name => format!(" \"{name}\""),
+        };
         let title = format!(
-            "install {} {}{}",
-            request.release.os,
-            request.release.version,
-            if request.name.is_empty() {
-                String::new()
-            } else {
-                format!(" \"{}\"", request.name)
-            }
+            "install {} {}{named}",
+            request.release.os, request.release.version
         );
         let job = self.jobs.start(JobKind::Install, request.id, &title)?;
         let id = job.id();
@@ -118,24 +112,6 @@ impl Engine {
             engine.run_install(job, request, reservation).await;
         });
         Ok(id)
-    }
-
-    /// An id asked for explicitly: go-pve-qemu used it unchecked; we refuse
-    /// one that is reserved, exists, or is being installed.
-    async fn reserve_explicit(&self, id: u32) -> Result<Reservation, EngineError> {
-        if let Some(label) = self.config.reserved.get(&id) {
-            return Err(EngineError::bad(format!("id {id} is reserved ({label})")));
-        }
-        let vms = self.cluster_vms().await?;
-        if let Some(vm) = vms.iter().find(|vm| vm.vmid == id) {
-            return Err(EngineError::Conflict(format!(
-                "VM {id} already exists on node '{}'",
-                vm.node
-            )));
-        }
-        self.allocator
-            .reserve(id)
-            .ok_or_else(|| EngineError::Conflict(format!("VM {id} is being installed already")))
     }
 
     async fn run_install(
@@ -150,17 +126,17 @@ impl Engine {
         let result = self.install_steps(&job, &request, &mut held, started).await;
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
-            Err((failure, vmid)) => {
+            Err((failure, vm)) => {
                 // The error first, at the step that failed; then what was
                 // done about the VM.
-                job.emit(app::types::StepEvent {
+                job.emit(StepEvent {
                     step: failure.step.clone(),
-                    status: app::types::StepStatus::Error,
+                    status: StepStatus::Error,
                     message: failure.message,
                     vm_id: None,
                     ip: None,
                 });
-                let outcome = match (failure.cleanup, vmid) {
+                let outcome = match (failure.cleanup, vm) {
                     (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
                     (Cleanup::Keep, Some((vmid, _))) => {
                         let step = Step::new(&job, Some("cleanup"), "keeping VM");
@@ -182,20 +158,10 @@ impl Engine {
         let step = Step::new(job, Some("cleanup"), "destroying VM");
         step.processing(format!("[*] stopping and destroying VM {vmid}"));
         let stop = PowerAction::Stop { skiplock: true };
-        if let Err(e) = self
-            .call(Length::Short, "qm stop", self.pve.power(node, vmid, stop))
-            .await
-        {
+        if let Err(e) = self.proxmox.power(node, vmid, stop).await {
             step.processing(format!("[*] stop: {}", one_line(&e.to_string())));
         }
-        match self
-            .call(
-                Length::Short,
-                "qm destroy",
-                self.pve.destroy(node, vmid, true),
-            )
-            .await
-        {
+        match self.proxmox.destroy(node, vmid, true).await {
             Ok(()) => {
                 step.success(&format!("[+] VM {vmid} destroyed"));
                 VmOutcome::Destroyed
@@ -210,8 +176,8 @@ impl Engine {
         }
     }
 
-    /// Runs the steps; on failure returns what failed and, once a VM exists,
-    /// its id and node.
+    /// Runs the stages; on failure returns what failed and, once a VM
+    /// exists, its id and node.
     async fn install_steps(
         &self,
         job: &JobHandle,
@@ -222,9 +188,8 @@ impl Engine {
         let mut plan = self.prepare(job, req, held).await.map_err(|f| (f, None))?;
         job.set_vmid(plan.vmid);
 
-        // From `qm create` on, a failure knows the VM.
-        let created = self.create(job, req, &plan).await;
-        created.map_err(|f| (f, None))?;
+        // A failed `qm create` leaves no VM; after it, a failure knows the VM.
+        self.create(job, &plan).await.map_err(|f| (f, None))?;
         let at = |plan: &Plan| Some((plan.vmid, plan.node.clone()));
         self.import_and_configure(job, req, &plan)
             .await
@@ -267,13 +232,11 @@ impl Engine {
                 r.vmid
             }
             None => {
-                let r = self.allocate().await.map_err(|e| {
-                    failed(
-                        &step,
-                        format!("[-] failed to find free VMID: {e}"),
-                        Cleanup::Nothing,
-                    )
-                })?;
+                let r = self
+                    .allocator
+                    .allocate(&self.proxmox, cfg.ssh_port)
+                    .await
+                    .map_err(failed(&step, "failed to find free VMID", Cleanup::Nothing))?;
                 step.success(&format!("[+] auto-assigned VMID: {}", r.vmid));
                 let vmid = r.vmid;
                 *held = Some(r);
@@ -283,44 +246,50 @@ impl Engine {
 
         let step = Step::new(job, Some("preparation"), "assigning IP");
         let ip = self
-            .vm_ip(vmid)
-            .map_err(|e| failed(&step, format!("[-] {e}"), Cleanup::Nothing))?;
+            .allocator
+            .address(vmid)
+            .map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
         step.success(&format!("[+] assigned IP: {ip}/24"));
 
         let step = Step::new(job, Some("preparation"), "validating CPU and RAM");
-        let mut cpu = req.cpu;
-        if cpu <= 0 {
-            step.processing("[*] setting CPU to minimum 1");
-            cpu = 1;
-        } else if let Some(max) = cfg.vm_max_cpu.map(i64::from).filter(|max| cpu > *max) {
-            step.processing(format!("[*] setting CPU to maximum {max}"));
-            cpu = max;
-        }
-        let mut ram = req.ram;
-        if ram < MIN_RAM_MB {
-            step.processing(format!(
-                "[*] setting RAM to minimum {MIN_RAM_MB} for system stability"
-            ));
-            ram = MIN_RAM_MB;
-        } else if let Some(max) = cfg.vm_max_ram_mb.map(i64::from).filter(|max| ram > *max) {
-            step.processing(format!("[*] setting RAM to maximum {max}"));
-            ram = max;
-        }
+        let cpu = match cfg.limits.clamp_cpu(req.cpu) {
+            Clamp::Raised(min) => {
+                step.processing(format!("[*] setting CPU to minimum {min}"));
+                min
+            }
+            Clamp::Lowered(max) => {
+                step.processing(format!("[*] setting CPU to maximum {max}"));
+                max
+            }
+            Clamp::Kept(cpu) => cpu,
+        };
+        let ram = match cfg.limits.clamp_ram(req.ram) {
+            Clamp::Raised(_) => {
+                step.processing(format!(
+                    "[*] setting RAM to minimum {MIN_RAM_MB} for system stability"
+                ));
+                MIN_RAM_MB
+            }
+            Clamp::Lowered(max) => {
+                step.processing(format!("[*] setting RAM to maximum {max}"));
+                max
+            }
+            Clamp::Kept(ram) => ram,
+        };
         step.success("[+] CPU and RAM validated");
 
         let step = Step::new(job, Some("preparation"), "validating disk size");
-        let mut disk_gb = req.disk_gb;
-        if disk_gb < MIN_DISK_GB as u64 {
-            step.processing(format!("[*] setting disk to minimum {MIN_DISK_GB}G"));
-            disk_gb = MIN_DISK_GB as u64;
-        } else if let Some(max) = cfg
-            .vm_max_disk_gb
-            .map(u64::from)
-            .filter(|max| disk_gb >= *max)
-        {
-            step.processing(format!("[*] setting disk to maximum {max}G"));
-            disk_gb = max;
-        }
+        let disk_gb = match cfg.limits.clamp_disk(req.disk_gb) {
+            Clamp::Raised(_) => {
+                step.processing(format!("[*] setting disk to minimum {MIN_DISK_GB}G"));
+                MIN_DISK_GB
+            }
+            Clamp::Lowered(max) => {
+                step.processing(format!("[*] setting disk to maximum {max}G"));
+                max
+            }
+            Clamp::Kept(gb) => gb,
+        };
         step.success("[+] disk size validated");
 
         let step = Step::new(job, Some("preparation"), "setting default config values");
@@ -335,184 +304,39 @@ impl Engine {
             req.user
         ));
 
-        let storage = cfg.assign_storage.clone();
+        let storage = &cfg.assign_storage;
         let step = Step::new(job, Some("preparation"), "checking storage pool");
         step.processing(format!("[*] check storage pool: {storage}"));
-        self.check_storage(&storage)
+        storage::check(&self.proxmox, &cfg.main_node, storage)
             .await
-            .map_err(|e| failed(&step, format!("[-] {e}"), Cleanup::Nothing))?;
+            .map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
         step.success(&format!("[+] storage pool {storage} is available"));
 
-        let image = self.os_image(job, req).await?;
-        let key = self.ssh_key(job).await?;
+        let image = self.os_image_stage(job, &req.release).await?;
+        let key = self.ssh_key_stage(job).await?;
 
         Ok(Plan {
             vmid,
             ip,
             name,
-            // Both were clamped into range above.
-            cpu: u32::try_from(cpu).unwrap_or(1),
-            ram: u64::try_from(ram).unwrap_or(MIN_RAM_MB as u64),
+            cpu,
+            ram,
             disk_gb,
-            storage,
             image,
             key,
             node: cfg.main_node.clone(),
         })
     }
 
-    /// SPEC §3.1: the first id of the range that no VM has, that is not
-    /// reserved, and where nothing answers on port 22.
-    async fn allocate(&self) -> Result<Reservation, String> {
-        let vms = self
-            .cluster_vms()
-            .await
-            .map_err(|e| one_line(&e.to_string()))?;
-        let used: std::collections::BTreeSet<u32> = vms.iter().map(|vm| vm.vmid).collect();
-        let range = u32::from(self.config.assign_ip_start)..=u32::from(self.config.assign_ip_end);
-        let mut answered = std::collections::BTreeSet::new();
-        loop {
-            let candidates = range.clone().filter(|id| {
-                !used.contains(id)
-                    && !self.config.reserved.contains_key(id)
-                    && !answered.contains(id)
-            });
-            let reservation = self.allocator.reserve_first(candidates).ok_or_else(|| {
-                format!(
-                    "no free VMID in {}-{}",
-                    self.config.assign_ip_start, self.config.assign_ip_end
-                )
-            })?;
-            let ip = self.vm_ip(reservation.vmid).map_err(|e| e.to_string())?;
-            if !self.pve.probe(ip, self.config.ssh_port).await {
-                return Ok(reservation);
-            }
-            tracing::info!(%ip, "VMID allocation: something answers on port 22, skipped");
-            answered.insert(reservation.vmid);
-        }
-    }
-
-    async fn check_storage(&self, storage: &str) -> Result<(), String> {
-        let rows = self
-            .call(
-                Length::Short,
-                "pvesm status",
-                self.pve.storage_status(&self.config.main_node),
-            )
-            .await
-            .map_err(|e| one_line(&e.to_string()))?;
-        let row = rows
-            .iter()
-            .find(|r| r.name == storage)
-            .ok_or_else(|| format!("storage pool {storage} does not exist"))?;
-        if row.status != "active" {
-            return Err(format!("storage pool {storage} is {}", row.status));
-        }
-        if !STORAGE_TYPES.contains(&row.kind.as_str()) {
-            return Err(format!(
-                "storage pool {storage} is of type {}, not one of: {}",
-                row.kind,
-                STORAGE_TYPES.join(", ")
-            ));
-        }
-        Ok(())
-    }
-
-    /// Stage `OS preparation`: the image URL, its check, the download.
-    async fn os_image(&self, job: &JobHandle, req: &InstallRequest) -> Result<PathBuf, Failure> {
-        let step = Step::new(job, Some("OS preparation"), "getting OS image");
-        step.processing("[*] get OS image download link");
-        let plan = self.images.plan(req.release);
-        step.success(&format!("[+] OS image URL obtained: {}", plan.url));
-
-        let step = Step::new(job, Some("OS preparation"), "validating OS image URL");
-        step.processing("[*] check OS image URL availability");
-        self.images.check(&plan).await.map_err(|e| {
-            failed(
-                &step,
-                format!("[-] OS image URL is not accessible: {e}"),
-                Cleanup::Nothing,
-            )
-        })?;
-        step.success("[+] OS image URL is valid");
-
-        // A concurrent install of the same image finishes its download first.
-        let _slot = self.images.hold(&plan).await;
-        if plan.path.is_file() {
-            let step = Step::new(job, Some("OS preparation"), "using OS image");
-            step.success(&format!("[+] using OS image {}", plan.path.display()));
-            return Ok(plan.path);
-        }
-        let step = Step::new(job, Some("OS preparation"), "downloading OS image");
-        step.processing("[*] start downloading OS image");
-        let gate = ProgressGate::default();
-        let progress = |done: u64, total: Option<u64>| {
-            if gate.pass(done, total) {
-                let line = match total {
-                    Some(t) if t > 0 => {
-                        format!(
-                            "[*] downloaded {} of {} ({}%)",
-                            mib(done),
-                            mib(t),
-                            done * 100 / t
-                        )
-                    }
-                    _ => format!("[*] downloaded {}", mib(done)),
-                };
-                step.processing(line);
-            }
-        };
-        self.images.download(&plan, &progress).await.map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to download OS image: {e}"),
-                Cleanup::Nothing,
-            )
-        })?;
-        step.success("[+] completed OS image download");
-        Ok(plan.path)
-    }
-
-    /// Stage `SSH preparation`: pvedeck's key, created when there is none.
-    async fn ssh_key(&self, job: &JobHandle) -> Result<KeyPair, Failure> {
-        let dir = &self.config.ssh_key_dir;
-        let step = Step::new(job, Some("SSH preparation"), "checking SSH key");
-        step.processing("[*] SSH preparation");
-        let _one_at_a_time = self.key_lock.lock().await;
-        if let Some(pair) = sshkey::find(dir) {
-            step.success(&format!(
-                "[+] completed SSH preparation: {}",
-                pair.public.display()
-            ));
-            return Ok(pair);
-        }
-        step.processing(format!("[*] no SSH key in {}", dir.display()));
-        let step = Step::new(job, Some("SSH preparation"), "creating SSH key");
-        step.processing("[*] create SSH key");
-        let pair = sshkey::create(dir).await.map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to create SSH key: {e}"),
-                Cleanup::Nothing,
-            )
-        })?;
-        step.success(&format!(
-            "[+] successfully created SSH key pair {}",
-            pair.public.display()
-        ));
-        Ok(pair)
-    }
-
     /// `VM creation > creating VM`: `qm create` (SPEC §3.3).
-    async fn create(
-        &self,
-        job: &JobHandle,
-        req: &InstallRequest,
-        plan: &Plan,
-    ) -> Result<(), Failure> {
+    async fn create(&self, job: &JobHandle, plan: &Plan) -> Result<(), Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
         step.processing("[*] VM creation");
-        let cpu_type = self.cluster_cpu_type().await;
+        let cpu_type = self
+            .cpu_baseline
+            .detect(&self.proxmox)
+            .await
+            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))?;
         step.processing(format!("[*] CPU type: {cpu_type} (cluster baseline)"));
         let mut options: QmOptions = [
             ("name", plan.name.clone()),
@@ -528,18 +352,14 @@ impl Engine {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        if let Some(balloon) = self.balloon(plan.ram) {
-            options.push(("numa".into(), "1".into()));
-            options.push(("balloon".into(), balloon.to_string()));
-        }
-        let _ = req;
-        self.call(
-            Length::Short,
-            "qm create",
-            self.pve.create(&plan.node, plan.vmid, &options),
-        )
-        .await
-        .map_err(call_failed(&step, "failed to create VM", Cleanup::Nothing))?;
+        options.extend(memory::balloon_options(
+            plan.ram,
+            self.config.vm_balloon_min_mb,
+        ));
+        self.proxmox
+            .create(&plan.node, plan.vmid, &options)
+            .await
+            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))?;
         step.success("[+] VM created successfully");
         Ok(())
     }
@@ -553,6 +373,7 @@ impl Engine {
         plan: &Plan,
     ) -> Result<(), Failure> {
         let (node, vmid) = (plan.node.as_str(), plan.vmid);
+        let storage = &self.config.assign_storage;
         let step = Step::new(job, Some("VM creation"), "importing disk image");
         step.processing("[*] import disk image");
         // qemu-img prints every percent: relay every fifth, and the rest.
@@ -567,14 +388,10 @@ impl Engine {
             }
         };
         let volume = self
-            .call(
-                Length::Long,
-                "qm importdisk",
-                self.pve
-                    .import_disk(node, vmid, &plan.image, &plan.storage, &relay),
-            )
+            .proxmox
+            .import_disk(node, vmid, &plan.image, storage, &relay)
             .await
-            .map_err(call_failed(
+            .map_err(failed(
                 &step,
                 "failed to import disk image",
                 Cleanup::Destroy,
@@ -583,123 +400,53 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "initializing configuration");
         step.processing("[*] initializing VM");
-        let fail = |e: String| {
-            failed(
+        let fail = |e: &dyn std::fmt::Display| {
+            Failure::new(
                 &step,
-                format!("[-] failed to initialize VM: {}", one_line(&e)),
+                format!("[-] failed to initialize VM: {}", one_line(&e.to_string())),
                 Cleanup::Destroy,
             )
         };
-        let keys = self.sshkeys_file(req, plan).map_err(fail)?;
-        let hash = crate::secret::hash_password(req.passwd.expose()).map_err(fail)?;
+        let keys = sshkey::key_file(
+            &plan.key,
+            self.config.admin_keys_file.as_deref(),
+            req.pubkey.as_deref(),
+            &self.config.data_dir.join("tmp"),
+        )
+        .map_err(|e| fail(&e))?;
+        let hash = crate::secret::hash_password(req.passwd.expose()).map_err(|e| fail(&e))?;
         let keys_path = keys.path().to_string_lossy().into_owned();
-        let gateway = self.config.gateway;
         let sets: [Vec<(&str, String)>; 7] = [
             vec![("sshkeys", keys_path)],
             vec![("ciuser", req.user.clone()), ("cipassword", hash)],
             vec![("ciupgrade", "0".to_string())],
             vec![("tags", req.release.os.to_string())],
             vec![("scsi0", volume.clone())],
-            vec![("ide2", format!("{}:cloudinit", plan.storage))],
+            vec![("ide2", format!("{storage}:cloudinit"))],
             vec![("boot", "c".to_string()), ("bootdisk", "scsi0".to_string())],
         ];
         for set in sets {
             let options: QmOptions = set.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-            self.call(Length::Short, "qm set", self.pve.set(node, vmid, &options))
+            self.proxmox
+                .set(node, vmid, &options)
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(&e))?;
         }
         drop(keys);
-        self.resize_disk(&step, node, vmid, plan.disk_gb)
+        self.resize_to(&step, node, vmid, plan.disk_gb)
             .await
-            .map_err(fail)?;
+            .map_err(|e| fail(&e))?;
+        let gateway = self.config.gateway;
         let ipconfig: QmOptions = vec![(
             "ipconfig0".to_string(),
             format!("ip={}/24,gw={gateway}", plan.ip),
         )];
-        self.call(Length::Short, "qm set", self.pve.set(node, vmid, &ipconfig))
+        self.proxmox
+            .set(node, vmid, &ipconfig)
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(&e))?;
         step.success("[+] VM initialized successfully");
         Ok(())
-    }
-
-    /// The key file for `--sshkeys`: pvedeck's key, the admin keys, the
-    /// request's key. Mode 0600, removed when dropped.
-    fn sshkeys_file(&self, req: &InstallRequest, plan: &Plan) -> Result<TempFile, String> {
-        let mut text = std::fs::read_to_string(&plan.key.public)
-            .map_err(|e| format!("cannot read {}: {e}", plan.key.public.display()))?;
-        if let Some(admin) = &self.config.admin_keys_file {
-            let keys = std::fs::read_to_string(admin)
-                .map_err(|e| format!("cannot read {}: {e}", admin.display()))?;
-            text.push('\n');
-            text.push_str(&keys);
-        }
-        if let Some(key) = &req.pubkey {
-            text.push('\n');
-            text.push_str(key);
-        }
-        let text: String = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(|l| format!("{l}\n"))
-            .collect();
-        TempFile::create(&self.config.data_dir.join("tmp"), &text)
-    }
-
-    /// `qm resize <vmid> scsi0 <n>G`, three tries five seconds apart. `qm
-    /// resize` can exit 0 when its task failed, so the size is read back.
-    async fn resize_disk(
-        &self,
-        step: &Step<'_>,
-        node: &str,
-        vmid: u32,
-        gb: u64,
-    ) -> Result<(), String> {
-        let size = format!("{gb}G");
-        let mut last = String::new();
-        for attempt in 1..=RESIZE_TRIES {
-            let resized = self
-                .call(
-                    Length::Short,
-                    "qm resize",
-                    self.pve.resize(node, vmid, "scsi0", &size),
-                )
-                .await;
-            let confirmed = match resized {
-                Ok(()) => self
-                    .disk_size(node, vmid)
-                    .await
-                    .map(|bytes| bytes == gb << 30),
-                Err(e) => Err(e.to_string()),
-            };
-            match confirmed {
-                Ok(true) => return Ok(()),
-                Ok(false) => last = format!("scsi0 is not {size} after qm resize"),
-                Err(e) => last = e,
-            }
-            if attempt < RESIZE_TRIES {
-                step.processing(format!(
-                    "[*] resize attempt {attempt} failed: {}; retrying in 5s",
-                    one_line(&last)
-                ));
-                self.pause(RESIZE_PAUSE_MS).await;
-            }
-        }
-        Err(format!("failed to resize disk: {last}"))
-    }
-
-    /// `size=` of scsi0 in `qm config`.
-    pub(super) async fn disk_size(&self, node: &str, vmid: u32) -> Result<u64, String> {
-        let config = self
-            .call(Length::Short, "qm config", self.pve.config(node, vmid))
-            .await
-            .map_err(|e| e.to_string())?;
-        config
-            .get("scsi0")
-            .and_then(|d| crate::sim::drive_size(d))
-            .ok_or_else(|| "scsi0 has no size in qm config".to_string())
     }
 
     /// Migration (when asked), start, readiness, the init script, reboot.
@@ -710,18 +457,15 @@ impl Engine {
         plan: &mut Plan,
     ) -> Result<(), Failure> {
         let vmid = plan.vmid;
-        if let Some(target) = req.node.as_ref().filter(|n| **n != plan.node) {
+        if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != plan.node) {
             let step = Step::new(job, Some("VM initialization"), "migrating VM");
             step.processing(format!("[*] migrate VM to node {target}"));
             let relay = |line: &str| step.relay(line);
-            self.call(
-                Length::Long,
-                "qm migrate",
-                self.pve.migrate(&plan.node, vmid, target, &relay),
-            )
-            .await
-            .map_err(call_failed(&step, "failed to migrate VM", Cleanup::Keep))?;
-            plan.node = target.clone();
+            self.proxmox
+                .migrate(&plan.node, vmid, target.as_str(), &relay)
+                .await
+                .map_err(failed(&step, "failed to migrate VM", Cleanup::Keep))?;
+            plan.node = target.to_string();
             step.success(&format!("[+] VM migrated to node {target} successfully"));
         }
 
@@ -734,24 +478,19 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
         step.processing("[*] starting VM");
-        self.call(
-            Length::Short,
-            "qm start",
-            self.pve.power(&plan.node, vmid, PowerAction::Start),
-        )
-        .await
-        .map_err(call_failed(&step, "failed to start VM", Cleanup::Keep))?;
+        self.proxmox
+            .power(&plan.node, vmid, PowerAction::Start)
+            .await
+            .map_err(failed(&step, "failed to start VM", Cleanup::Keep))?;
         step.processing(format!(
             "[*] VM started {}",
             elapsed(step.started().elapsed())
         ));
-        self.wait_for_ssh(&step, &target).await.map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to connect to VM via SSH: {e}"),
-                Cleanup::Keep,
-            )
-        })?;
+        self.wait_for_ssh(&step, &target).await.map_err(failed(
+            &step,
+            "failed to connect to VM via SSH",
+            Cleanup::Keep,
+        ))?;
         step.success("[+] VM is ready");
 
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
@@ -767,101 +506,29 @@ impl Engine {
             root_password: self.config.vm_root_password.clone(),
         };
         let relay = |line: &str| step.relay(line);
-        self.call(
-            Length::Long,
-            "ssh init script",
-            self.pve.guest_exec(&target, &command, &relay),
-        )
-        .await
-        .map_err(call_failed(
-            &step,
-            "failed to perform SSH initialization",
-            Cleanup::Destroy,
-        ))?;
+        self.proxmox
+            .guest_init(&target, &command, &relay)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to perform SSH initialization",
+                Cleanup::Destroy,
+            ))?;
         step.success("[+] SSH initialization completed");
 
         let step = Step::new(job, Some("VM initialization"), "rebooting VM");
         step.processing("[*] rebooting VM");
-        self.call(
-            Length::Short,
-            "qm reboot",
-            self.pve.power(&plan.node, vmid, PowerAction::Reboot),
-        )
-        .await
-        .map_err(call_failed(&step, "failed to reboot VM", Cleanup::Keep))?;
+        self.proxmox
+            .power(&plan.node, vmid, PowerAction::Reboot)
+            .await
+            .map_err(failed(&step, "failed to reboot VM", Cleanup::Keep))?;
         step.processing("[+] VM rebooting");
-        self.wait_for_ssh(&step, &target).await.map_err(|e| {
-            failed(
-                &step,
-                format!("[-] failed to connect to VM via SSH: {e}"),
-                Cleanup::Keep,
-            )
-        })?;
+        self.wait_for_ssh(&step, &target).await.map_err(failed(
+            &step,
+            "failed to connect to VM via SSH",
+            Cleanup::Keep,
+        ))?;
         step.success("[+] VM is ready");
         Ok(())
-    }
-
-    /// `<user>@<ip> echo ready` every `SSH_POLL_INTERVAL_MS`, at most
-    /// `SSH_POLL_ATTEMPTS` times.
-    pub(super) async fn wait_for_ssh(
-        &self,
-        step: &Step<'_>,
-        target: &GuestTarget,
-    ) -> Result<(), String> {
-        let attempts = self.config.ssh_poll_attempts;
-        let quiet = |_: &str| {};
-        for attempt in 1..=attempts {
-            let answer = tokio::time::timeout(
-                SSH_ATTEMPT_TIMEOUT,
-                self.pve.guest_exec(target, &GuestCommand::Ready, &quiet),
-            )
-            .await;
-            if let Ok(Ok(())) = answer {
-                return Ok(());
-            }
-            if attempt % 6 == 0 {
-                step.processing(format!(
-                    "[*] waiting for SSH on {}:{} ({attempt}/{attempts})",
-                    target.ip, target.port
-                ));
-            }
-            if attempt < attempts {
-                tokio::time::sleep(self.config.ssh_poll_interval).await;
-            }
-        }
-        Err(format!("SSH timeout after {attempts} attempts"))
-    }
-}
-
-/// A file that exists only as long as this value.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn create(dir: &std::path::Path, text: &str) -> Result<TempFile, String> {
-        use std::os::unix::fs::OpenOptionsExt;
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!("sshkeys-{}-{n}.pub", std::process::id()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        file.write_all(text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(TempFile(path))
-    }
-
-    fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }

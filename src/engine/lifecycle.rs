@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use app::rules::MIN_RAM_MB;
+use app::os::Os;
+use app::request::{Cores, Growth, MemoryMb, NodeName};
 use app::types::{JobKind, JobState, VmOutcome};
-use serde_json::{Map, Value};
 
+use super::disk::DiskError;
 use super::report::{Step, one_line};
-use super::request::{integer, object, parse_gigabytes};
-use super::{Engine, EngineError, Length, VmRef, sshkey};
+use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestTarget, PowerAction, PveError, QmOptions};
 
@@ -28,11 +28,30 @@ fn refusal(vmid: u32, e: PveError) -> EngineError {
     }
 }
 
-fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Result<&'a Value, EngineError> {
-    map.get(name)
-        .filter(|v| !v.is_null())
-        .ok_or_else(|| EngineError::bad(format!("{name} is required")))
+/// Streamed power actions: start and reboot.
+struct PowerJob {
+    action: PowerAction,
+    verb: &'static str,
+    step: &'static str,
+    doing: &'static str,
+    done: &'static str,
 }
+
+const START: PowerJob = PowerJob {
+    action: PowerAction::Start,
+    verb: "start",
+    step: "starting VM",
+    doing: "starting",
+    done: "started",
+};
+
+const REBOOT: PowerJob = PowerJob {
+    action: PowerAction::Reboot,
+    verb: "reboot",
+    step: "rebooting VM",
+    doing: "rebooting",
+    done: "rebooted",
+};
 
 impl Engine {
     /// `GET /api/vm/:id/status`: `qm status` on the VM's node.
@@ -48,13 +67,10 @@ impl Engine {
                 vm.vmid, vm.node
             )));
         }
-        self.call(
-            Length::Short,
-            "qm status",
-            self.pve.status(&vm.node, vm.vmid),
-        )
-        .await
-        .map_err(|e| refusal(vm.vmid, e))
+        self.proxmox
+            .status(&vm.node, vm.vmid)
+            .await
+            .map_err(|e| refusal(vm.vmid, e))
     }
 
     /// Locates the VM and checks go-pve-qemu's precondition, reading the
@@ -76,13 +92,10 @@ impl Engine {
 
     async fn power_now(&self, vmid: u32, action: PowerAction) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, true).await?;
-        self.call(
-            Length::Short,
-            "qm power",
-            self.pve.power(&vm.node, vmid, action),
-        )
-        .await
-        .map_err(|e| refusal(vmid, e))
+        self.proxmox
+            .power(&vm.node, vmid, action)
+            .await
+            .map_err(|e| refusal(vmid, e))
     }
 
     /// `qm stop` (hard).
@@ -99,130 +112,105 @@ impl Engine {
     /// `qm destroy <id> --purge`.
     pub async fn destroy(&self, vmid: u32) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        self.call(
-            Length::Short,
-            "qm destroy",
-            self.pve.destroy(&vm.node, vmid, false),
-        )
-        .await
-        .map_err(|e| refusal(vmid, e))
+        self.proxmox
+            .destroy(&vm.node, vmid, false)
+            .await
+            .map_err(|e| refusal(vmid, e))
     }
 
     async fn set(&self, vm: &VmRef, options: QmOptions) -> Result<(), EngineError> {
-        self.call(
-            Length::Short,
-            "qm set",
-            self.pve.set(&vm.node, vm.vmid, &options),
-        )
-        .await
-        .map_err(|e| refusal(vm.vmid, e))
+        self.proxmox
+            .set(&vm.node, vm.vmid, &options)
+            .await
+            .map_err(|e| refusal(vm.vmid, e))
     }
 
-    /// `{"cpu":4}` → `qm set <id> --cores 4`.
-    pub async fn set_cpu(&self, vmid: u32, body: &[u8]) -> Result<(), EngineError> {
-        let map = object(body)?;
-        let max = self.limits().cpu();
-        let out_of_range = || EngineError::bad(format!("cpu must be an integer from 1 to {max}"));
-        field(&map, "cpu")?;
-        let cpu = integer(&map, "cpu")
-            .map_err(|_| out_of_range())?
-            .filter(|c| (1..=max).contains(c))
-            .ok_or_else(out_of_range)?;
+    /// `qm set <id> --cores <n>`.
+    pub async fn set_cpu(&self, vmid: u32, cores: Cores) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        self.set(&vm, vec![("cores".into(), cpu.to_string())]).await
+        self.set(&vm, vec![("cores".into(), cores.get().to_string())])
+            .await
     }
 
-    /// `{"memory":8192}` → `qm set <id> --memory 8192 [--numa 1 --balloon n]`.
-    pub async fn set_memory(&self, vmid: u32, body: &[u8]) -> Result<(), EngineError> {
-        let map = object(body)?;
-        let max = self.config.vm_max_ram_mb.map(i64::from);
-        let out_of_range = || match max {
-            Some(max) => EngineError::bad(format!(
-                "memory must be an integer from {MIN_RAM_MB} to {max} (MB)"
-            )),
-            None => EngineError::bad(format!(
-                "memory must be an integer of at least {MIN_RAM_MB} (MB)"
-            )),
-        };
-        field(&map, "memory")?;
-        let memory = integer(&map, "memory")
-            .map_err(|_| out_of_range())?
-            .filter(|m| *m >= MIN_RAM_MB && max.is_none_or(|max| *m <= max))
-            .ok_or_else(out_of_range)?;
+    /// `qm set <id> --memory <mb> [--numa 1 --balloon n]` (SPEC §3.4).
+    pub async fn set_memory(&self, vmid: u32, memory: MemoryMb) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        let memory = memory as u64;
+        let memory = memory.get();
         let mut options: QmOptions = vec![("memory".into(), memory.to_string())];
-        match self.balloon(memory) {
-            Some(balloon) => {
-                options.push(("numa".into(), "1".into()));
-                options.push(("balloon".into(), balloon.to_string()));
-            }
-            None => {
-                // A balloon from an earlier size must not exceed the new memory.
-                let config = self
-                    .call(Length::Short, "qm config", self.pve.config(&vm.node, vmid))
-                    .await
-                    .map_err(|e| refusal(vmid, e))?;
-                let stale = config
-                    .get("balloon")
-                    .and_then(|b| b.parse::<u64>().ok())
-                    .is_some_and(|b| b > memory);
-                if stale {
-                    options.push(("delete".into(), "balloon".into()));
-                }
+        let balloon = memory::balloon_options(memory, self.config.vm_balloon_min_mb);
+        if balloon.is_empty() {
+            // A balloon from an earlier size must not exceed the new memory.
+            let config = self
+                .proxmox
+                .config(&vm.node, vmid)
+                .await
+                .map_err(|e| refusal(vmid, e))?;
+            let stale = config
+                .get("balloon")
+                .and_then(|b| b.parse::<u64>().ok())
+                .is_some_and(|b| b > memory);
+            if stale {
+                options.push(("delete".into(), "balloon".into()));
             }
         }
+        options.extend(balloon);
         self.set(&vm, options).await
     }
 
-    /// `{"disk":"10G"}` → `qm disk resize <id> scsi0 +10G`; never shrinks.
-    pub async fn set_disk(&self, vmid: u32, body: &[u8]) -> Result<(), EngineError> {
-        let map = object(body)?;
-        let grow = match field(&map, "disk")? {
-            Value::String(s) => parse_gigabytes(s).filter(|g| *g > 0),
-            _ => None,
-        }
-        .ok_or_else(|| EngineError::bad("disk must be a size to add, like \"10G\""))?;
+    /// `qm disk resize <id> scsi0 +<n>G`: grows, never shrinks, never past
+    /// `VM_MAX_DISK`.
+    pub async fn grow_disk(&self, vmid: u32, growth: Growth) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        if let Some(max) = self.config.vm_max_disk_gb.map(u64::from) {
-            let current = self.disk_size(&vm.node, vmid).await.map_err(|e| {
-                EngineError::Pve(PveError::Parse {
+        if self.config.limits.max_disk_gb.is_some() {
+            let current = self.disk_size(&vm.node, vmid).await.map_err(|e| match e {
+                DiskError::Pve(e) => refusal(vmid, e),
+                other => EngineError::Pve(PveError::Parse {
                     command: "qm config".into(),
-                    detail: e,
-                })
+                    detail: other.to_string(),
+                }),
             })?;
-            let after = current / (1 << 30) + grow;
-            if after > max {
-                return Err(EngineError::bad(format!(
-                    "disk would grow to {after}G, above the limit of {max}G"
-                )));
-            }
+            self.config
+                .limits
+                .check_growth(current / (1 << 30), growth.gib())
+                .map_err(EngineError::BadRequest)?;
         }
-        self.call(
-            Length::Short,
-            "qm disk resize",
-            self.pve
-                .resize(&vm.node, vmid, "scsi0", &format!("+{grow}G")),
-        )
-        .await
-        .map_err(|e| refusal(vmid, e))
+        let size = format!("+{}G", growth.gib());
+        self.proxmox
+            .resize(&vm.node, vmid, "scsi0", &size)
+            .await
+            .map_err(|e| refusal(vmid, e))
     }
 
     /// `POST /api/vm/:id/start`: a job streaming `starting VM` → `waiting
     /// for SSH` → `finalizing`.
     pub async fn start(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        self.power_job(vm, JobKind::Start).await
+        self.power_job(vm, JobKind::Start, START).await
     }
 
     /// `POST /api/vm/:id/reboot`: `rebooting VM` → `waiting for SSH` → `finalizing`.
     pub async fn reboot(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
         let vm = self.ready_for(vmid, true).await?;
-        self.power_job(vm, JobKind::Reboot).await
+        self.power_job(vm, JobKind::Reboot, REBOOT).await
     }
 
-    async fn power_job(self: &Arc<Self>, vm: VmRef, kind: JobKind) -> Result<u64, EngineError> {
-        let ip = self.vm_ip(vm.vmid)?;
+    /// Everything the job needs is read before it starts: a Proxmox that
+    /// does not answer (`qm config`) is the request's error, and no
+    /// `qm start` has run.
+    async fn power_job(
+        self: &Arc<Self>,
+        vm: VmRef,
+        kind: JobKind,
+        power: PowerJob,
+    ) -> Result<u64, EngineError> {
+        let ip = self.allocator.address(vm.vmid)?;
+        let target = GuestTarget {
+            ip,
+            port: self.config.ssh_port,
+            user: self.login_user(&vm).await?,
+            key: sshkey::find(&self.config.ssh_key_dir)
+                .map_or_else(|| self.config.ssh_key_dir.join("id_ed25519"), |k| k.private),
+        };
         let job = self.jobs.start(
             kind,
             Some(vm.vmid),
@@ -231,50 +219,20 @@ impl Engine {
         let id = job.id();
         let engine = self.clone();
         tokio::spawn(async move {
-            let (action, verb, step_name, doing, done) = match kind {
-                JobKind::Reboot => (
-                    PowerAction::Reboot,
-                    "reboot",
-                    "rebooting VM",
-                    "rebooting",
-                    "rebooted",
-                ),
-                _ => (
-                    PowerAction::Start,
-                    "start",
-                    "starting VM",
-                    "starting",
-                    "started",
-                ),
-            };
-            let step = Step::new(&job, None, step_name);
-            step.processing(format!("[*] {step_name}"));
-            let result = engine
-                .call(
-                    Length::Short,
-                    "qm power",
-                    engine.pve.power(&vm.node, vm.vmid, action),
-                )
-                .await;
+            let step = Step::new(&job, None, power.step);
+            step.processing(format!("[*] {}", power.step));
+            let result = engine.proxmox.power(&vm.node, vm.vmid, power.action).await;
             if let Err(e) = result {
+                let verb = power.verb;
                 return fail_job(
                     &job,
                     &step,
                     format!("[-] failed to {verb} VM: {}", one_line(&e.to_string())),
                 );
             }
-            step.success(&format!("[+] VM {doing}"));
+            step.success(&format!("[+] VM {}", power.doing));
 
             let step = Step::new(&job, None, "waiting for SSH");
-            let target = GuestTarget {
-                ip,
-                port: engine.config.ssh_port,
-                user: engine.login_user(&vm).await,
-                key: sshkey::find(&engine.config.ssh_key_dir).map_or_else(
-                    || engine.config.ssh_key_dir.join("id_ed25519"),
-                    |k| k.private,
-                ),
-            };
             step.processing(format!("[*] waiting for SSH as {}@{ip}", target.user));
             if let Err(e) = engine.wait_for_ssh(&step, &target).await {
                 return fail_job(
@@ -287,7 +245,7 @@ impl Engine {
 
             let step = Step::new(&job, None, "finalizing");
             step.done(
-                format!("[+] VM {done} successfully"),
+                format!("[+] VM {} successfully", power.done),
                 vm.vmid,
                 &ip.to_string(),
             );
@@ -297,43 +255,46 @@ impl Engine {
     }
 
     /// Who to log in as: the VM's cloud-init user, else its OS's default
-    /// (SPEC §4: `rockylinux` → `rocky`).
-    async fn login_user(&self, vm: &VmRef) -> String {
-        let config = self.pve.config(&vm.node, vm.vmid).await.ok();
-        config
-            .as_ref()
-            .and_then(|c| c.get("ciuser").cloned())
-            .or_else(|| {
-                vm.resource
-                    .first_tag()
-                    .and_then(crate::os::default_user)
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| "root".to_string())
+    /// (SPEC §4: `rockylinux` → `rocky`), else root.
+    async fn login_user(&self, vm: &VmRef) -> Result<String, EngineError> {
+        let config = self
+            .proxmox
+            .config(&vm.node, vm.vmid)
+            .await
+            .map_err(|e| refusal(vm.vmid, e))?;
+        let user = config.get("ciuser").cloned().or_else(|| {
+            vm.resource
+                .first_tag()
+                .and_then(Os::parse)
+                .map(|os| os.default_user().to_string())
+        });
+        Ok(user.unwrap_or_else(|| "root".to_string()))
     }
 
-    /// `POST /api/vm/:id/set/node` `{"node":"pve2"}`: `qm migrate <id> <node>
+    /// `POST /api/vm/:id/set/node`: `qm migrate <id> <node>
     /// --with-local-disks` as a job, its log relayed line by line.
-    pub async fn migrate(self: &Arc<Self>, vmid: u32, body: &[u8]) -> Result<u64, EngineError> {
-        let map = object(body)?;
-        let target = match field(&map, "node")? {
-            Value::String(s) if crate::config::is_node_name(s) => s.clone(),
-            _ => return Err(EngineError::bad("node must be the name of a cluster node")),
-        };
-        let nodes = self.cluster_nodes().await?;
-        let node = nodes.iter().find(|n| n.node == target).ok_or_else(|| {
-            EngineError::bad(format!("node '{target}' is not a node of the cluster"))
-        })?;
+    pub async fn migrate(
+        self: &Arc<Self>,
+        vmid: u32,
+        target: NodeName,
+    ) -> Result<u64, EngineError> {
+        let nodes = self.proxmox.cluster_nodes().await?;
+        let node = nodes
+            .iter()
+            .find(|n| n.node == target.as_str())
+            .ok_or_else(|| {
+                EngineError::bad(format!("node '{target}' is not a node of the cluster"))
+            })?;
         if !node.is_online() {
             return Err(EngineError::Conflict(format!("node '{target}' is offline")));
         }
         let vm = self.ready_for(vmid, false).await?;
-        if vm.node == target {
+        if vm.node == target.as_str() {
             return Err(EngineError::bad(format!(
                 "VM {vmid} is on node {target} already"
             )));
         }
-        let ip = self.vm_ip(vmid)?;
+        let ip = self.allocator.address(vmid)?;
         let job = self.jobs.start(
             JobKind::Migrate,
             Some(vmid),
@@ -349,11 +310,8 @@ impl Engine {
             ));
             let relay = |line: &str| step.relay(line);
             let result = engine
-                .call(
-                    Length::Long,
-                    "qm migrate",
-                    engine.pve.migrate(&vm.node, vmid, &target, &relay),
-                )
+                .proxmox
+                .migrate(&vm.node, vmid, target.as_str(), &relay)
                 .await;
             if let Err(e) = result {
                 return fail_job(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use app::types::{ListFilter, NodeSummary, VmList, VmSummary};
 
-use crate::config::Config;
+use super::Allocator;
 use crate::pve::{NodeResource, VmResource};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -40,12 +40,12 @@ fn wanted(filter: ListFilter, running: bool) -> bool {
 pub fn build(
     vms: &[VmResource],
     nodes: &[NodeResource],
-    config: &Config,
+    addresses: &Allocator,
     filter: ListFilter,
 ) -> VmList {
     let ip = |vmid: u32| {
-        config
-            .vm_ip(vmid)
+        addresses
+            .ip(vmid)
             .map(|ip| ip.to_string())
             .unwrap_or_default()
     };
@@ -53,7 +53,7 @@ pub fn build(
     let listed: Vec<&VmResource> = vms
         .iter()
         .filter(|vm| vm.is_qemu() && !vm.template)
-        .filter(|vm| !config.reserved.contains_key(&vm.vmid))
+        .filter(|vm| addresses.reserved(vm.vmid).is_none())
         .filter(|vm| wanted(filter, vm.status == "running"))
         .collect();
 
@@ -77,9 +77,9 @@ pub fn build(
         .collect();
 
     if filter == ListFilter::All {
-        list.extend(config.reserved.iter().map(|(&vmid, label)| VmSummary {
+        list.extend(addresses.reserved_ids().map(|(vmid, label)| VmSummary {
             vmid,
-            name: label.clone(),
+            name: label.to_string(),
             os: "-".to_string(),
             running: false,
             node: "-".to_string(),
@@ -148,8 +148,8 @@ pub fn build(
 mod tests {
     use super::*;
 
-    fn config(vars: &[(&str, &str)]) -> Config {
-        Config::from_vars(vars.iter().copied()).unwrap()
+    fn config(vars: &[(&str, &str)]) -> Allocator {
+        Allocator::new(&crate::config::Config::from_vars(vars.iter().copied()).unwrap())
     }
 
     fn vm(vmid: u32, node: &str, status: &str, cores: u32, mem: u64, disk: u64) -> VmResource {

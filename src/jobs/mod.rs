@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
-use crate::sim::clock::now_ms;
+use crate::clock::now_ms;
 use crate::store::{Store, StoreError};
 
 /// What a follower receives.

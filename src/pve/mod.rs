@@ -7,7 +7,9 @@
 //! whose configuration lives on that node (SPEC §8).
 
 pub mod cli;
+pub mod drive;
 pub mod json;
+pub mod timed;
 pub mod types;
 
 use std::collections::BTreeMap;
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use crate::config::Secret;
+pub use timed::Timed;
 pub use types::{CpuInfo, NodeResource, NodeStatus, StorageStatus, VmResource};
 
 /// `qm create`/`qm set` options in the order they are given: `(key, value)`

@@ -2,7 +2,7 @@
 //! new VM during SSH initialization. One template per OS family, rendered for
 //! the version asked for: a fix reaches every version at once.
 
-use crate::os::{self, Release};
+use app::os::{Os, Release};
 
 /// Debian and Ubuntu (apt).
 const APT: &str = include_str!("apt.sh");
@@ -21,22 +21,20 @@ pub enum ScriptSet {
 
 fn render(template: &str, release: &Release) -> String {
     template
-        .replace("@OS@", release.os)
+        .replace("@OS@", release.os.name())
         .replace("@VERSION@", release.version)
         .replace("@CODENAME@", release.codename)
 }
 
 /// The script for `debian_12.sh` and friends; `None` for any other name.
 pub fn script(name: &str, set: ScriptSet) -> Option<String> {
-    let stem = name.strip_suffix(".sh")?;
-    let (os_name, version) = stem.split_once('_')?;
-    let release = os::find(os_name, version)?;
+    let release = Release::from_script_name(name)?;
     let template = match (set, release.os) {
         (ScriptSet::Harmless, _) => HARMLESS,
-        (_, "rockylinux") => DNF,
-        _ => APT,
+        (_, Os::Rockylinux) => DNF,
+        (_, Os::Debian | Os::Ubuntu) => APT,
     };
-    Some(render(template, release))
+    Some(render(template, &release))
 }
 
 /// The progress lines a script prints: its `echo "…"` lines, in order, as
@@ -53,10 +51,11 @@ pub fn echo_lines(script: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use app::os::RELEASES;
 
     #[test]
     fn every_release_has_a_script_naming_its_version() {
-        for release in os::RELEASES {
+        for release in RELEASES {
             let name = release.script_name();
             let body = script(&name, ScriptSet::Real).unwrap();
             assert!(body.starts_with("#!/usr/bin/env bash"), "{name}");
@@ -71,7 +70,7 @@ mod tests {
 
     #[test]
     fn the_password_never_comes_from_an_argument() {
-        for release in os::RELEASES {
+        for release in RELEASES {
             let body = script(&release.script_name(), ScriptSet::Real).unwrap();
             assert!(!body.contains("$1"), "{}", release.script_name());
             assert!(body.contains("read -r root_password"));

@@ -197,61 +197,6 @@ fn out(line: &str) {
     let _ = stdout.flush();
 }
 
-/// Splits a remote command line as a POSIX shell would (quotes, backslashes).
-pub fn shell_words(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                for q in chars.by_ref() {
-                    if q == '\'' {
-                        break;
-                    }
-                    word.push(q);
-                }
-            }
-            '"' => {
-                in_word = true;
-                while let Some(q) = chars.next() {
-                    match q {
-                        '"' => break,
-                        '\\' => {
-                            if let Some(n) = chars.next() {
-                                word.push(n);
-                            }
-                        }
-                        _ => word.push(q),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                if let Some(n) = chars.next() {
-                    word.push(n);
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    words
-}
-
 impl Face<'_> {
     fn fail(&self, e: PveError) -> i32 {
         let (message, exit) = match &e {
@@ -509,7 +454,11 @@ impl Face<'_> {
                 eprintln!("{user}@{ip}: Permission denied (publickey).");
                 return Ok(255);
             }
-            let words = shell_words(&command);
+            // As the node's shell splits what `ssh` hands it.
+            let Some(words) = shlex::split(&command) else {
+                eprintln!("bash: -c: line 1: unexpected EOF while looking for matching quote");
+                return Ok(2);
+            };
             let face = Face {
                 sim: self.sim,
                 node,
@@ -619,25 +568,6 @@ mod tests {
         let p = parse(&strings(&["101", "--skiplock", "0"])).unwrap();
         assert_eq!(p.options, [("skiplock".to_string(), "0".to_string())]);
         assert!(parse(&strings(&["101", "--name"])).is_err());
-    }
-
-    #[test]
-    fn remote_command_lines_split_like_a_shell() {
-        assert_eq!(
-            shell_words(r#"qm set 101 --cipassword '$6$ab$cd' --name "a b" x\ y"#),
-            [
-                "qm",
-                "set",
-                "101",
-                "--cipassword",
-                "$6$ab$cd",
-                "--name",
-                "a b",
-                "x y"
-            ]
-        );
-        assert_eq!(shell_words("  qm   status 101 "), ["qm", "status", "101"]);
-        assert_eq!(shell_words("''"), [""]);
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::net::Ipv4Addr;
 
-use super::clock::now_ms;
 use super::state::Guest;
 use super::{SimCluster, timing};
+use crate::clock::now_ms;
 use crate::pve::{GuestCommand, GuestTarget, LineSink, PveError};
 use crate::scripts;
 

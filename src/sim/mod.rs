@@ -5,9 +5,9 @@
 //! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
 pub mod cli;
-pub mod clock;
 pub mod faults;
 mod guest;
+mod internet;
 mod params;
 mod qm;
 mod seed;
@@ -20,15 +20,16 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::pve::{
     GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
     QmOptions, StorageStatus, VmResource,
 };
 use crate::scripts::ScriptSet;
-use clock::Clock;
 use faults::{Fault, Strike};
-pub use state::{ClusterState, drive_size};
+pub use internet::SimInternet;
+pub use state::ClusterState;
 use store::Store;
 
 #[derive(Debug, thiserror::Error)]

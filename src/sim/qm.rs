@@ -5,13 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::clock::now_ms;
 use super::params::{self, Verb};
-use super::state::{
-    ClusterState, GIB, Guest, GuestKind, MIB, SimVm, drive_size, drive_volume, format_size,
-    parse_size,
-};
+use super::state::{ClusterState, Guest, GuestKind, SimVm};
 use super::{SimCluster, timing};
+use crate::clock::now_ms;
+use crate::pve::drive::{GIB, MIB, drive_size, drive_volume, format_size, parse_size};
 use crate::pve::{LineSink, PowerAction, PveError};
 
 /// Exit code of a Perl `die` after ENOENT (a missing VM config).

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use super::clock::now_ms;
-use super::state::{ClusterState, GIB, Guest, GuestKind, MIB, SimNode, SimStorage, SimVm};
+use super::state::{ClusterState, Guest, GuestKind, SimNode, SimStorage, SimVm};
+use crate::clock::now_ms;
 use crate::pve::CpuInfo;
+use crate::pve::drive::{GIB, MIB};
 
 const BASE_FLAGS: &str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat \
      pse36 clflush mmx fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good \

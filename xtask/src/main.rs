@@ -20,10 +20,11 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
-  site   build only the browser bundle into target/site";
+  site   build only the browser bundle into target/site
+  e2e    build the site and the server, run only the browser tests";
 
 fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
         Some("serve") => serve(&root),
         Some("test") => test(&root),
         Some("site") => setup::build_tools(&root).and_then(|()| site::build(&root)),
+        Some("e2e") => e2e_only(&root),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -77,6 +79,15 @@ fn serve(root: &Path) -> Result<(), Failed> {
     println!("\nxtask: starting the server; stop it with Ctrl-C");
     // The server prints its URL ("pvedeck listening on http://…") once it listens.
     run::exec(root, &root.join("target/release/pvedeck"))
+}
+
+/// The browser tests alone, on a fresh build: for working on the UI.
+fn e2e_only(root: &Path) -> Result<(), Failed> {
+    setup::build_tools(root)?;
+    setup::test_tools(root)?;
+    site::build(root)?;
+    build_server(root)?;
+    e2e::run(root)
 }
 
 fn test(root: &Path) -> Result<(), Failed> {

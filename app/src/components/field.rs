@@ -1,12 +1,14 @@
 use leptos::prelude::*;
 
-/// One labelled input with its error next to it.
+/// One labelled input with its error next to it, and a note where the
+/// server will change what was typed (a size it clamps).
 #[component]
 pub fn Field(
     id: &'static str,
     label: &'static str,
     value: RwSignal<String>,
     error: Signal<Option<String>>,
+    #[prop(optional, into)] note: Signal<Option<String>>,
     #[prop(optional)] kind: Option<&'static str>,
     #[prop(optional)] hint: Option<&'static str>,
     #[prop(optional, into)] placeholder: Signal<String>,
@@ -29,6 +31,7 @@ pub fn Field(
                 on:input=move |ev| value.set(event_target_value(&ev))
             />
             {hint.map(|h| view! { <p class="hint">{h}</p> })}
+            <p class="field-note" id=format!("{id}-note") aria-live="polite">{move || note.get()}</p>
             <p class="field-error" id=error_id role="alert">{move || error.get()}</p>
         </div>
     }

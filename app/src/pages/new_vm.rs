@@ -8,8 +8,43 @@ use crate::api::{get_catalog, start_install};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
-use crate::rules::{self, Limits};
-use crate::types::{Catalog, InstallForm};
+use crate::request::{self, Field as Sent, InstallBody, Refusal, Version};
+use crate::rules::{self, Clamp, messages};
+use crate::types::Catalog;
+
+/// What the form says of a size as you type, by the install's own rules:
+/// the server's refusal, or the value its validation step will set instead
+/// of the one typed.
+#[derive(Debug, Clone, PartialEq)]
+struct Said {
+    error: Option<String>,
+    note: Option<String>,
+}
+
+fn said<T: Copy + std::fmt::Display>(typed: &str, result: Result<Clamp<T>, Refusal>) -> Said {
+    match result {
+        Err(refused) => Said {
+            error: Some(refused.0),
+            note: None,
+        },
+        Ok(Clamp::Raised(v) | Clamp::Lowered(v)) if v.to_string() != typed.trim() => Said {
+            error: None,
+            note: Some(messages::clamped(v)),
+        },
+        Ok(_) => Said {
+            error: None,
+            note: None,
+        },
+    }
+}
+
+/// The disk field holds GB; the request says `<n>G`.
+fn disk_sent(typed: &str) -> Sent<String> {
+    match typed.trim() {
+        "" => Sent::Absent,
+        gb => Sent::Given(format!("{gb}G")),
+    }
+}
 
 /// `/new`: the form, or (`/new?job=<id>`) the job it started, live.
 #[component]
@@ -45,11 +80,7 @@ fn NewVmForm() -> impl IntoView {
 
 #[component]
 fn Form(catalog: Catalog) -> impl IntoView {
-    let limits = Limits {
-        max_cpu: catalog.max_cpu,
-        max_ram_mb: catalog.max_ram_mb,
-        max_disk_gb: catalog.max_disk_gb,
-    };
+    let limits = catalog.limits;
     let oses = StoredValue::new(catalog.oses.clone());
     let first = catalog.oses.first().cloned();
     let os = RwSignal::new(first.as_ref().map(|o| o.os.clone()).unwrap_or_default());
@@ -60,9 +91,9 @@ fn Form(catalog: Catalog) -> impl IntoView {
             .unwrap_or_default(),
     );
     let name = RwSignal::new(String::new());
-    let cpu = RwSignal::new("2".to_string());
-    let ram = RwSignal::new("2048".to_string());
-    let disk = RwSignal::new("16".to_string());
+    let cpu = RwSignal::new(rules::DEFAULT_CPU.to_string());
+    let ram = RwSignal::new(rules::DEFAULT_RAM_MB.to_string());
+    let disk = RwSignal::new(rules::DEFAULT_DISK_GB.to_string());
     let user = RwSignal::new(String::new());
     let passwd = RwSignal::new(String::new());
     let pubkey = RwSignal::new(String::new());
@@ -88,9 +119,21 @@ fn Form(catalog: Catalog) -> impl IntoView {
     });
 
     let name_error = Signal::derive(move || rules::name_error(&name.get()));
-    let cpu_error = Signal::derive(move || rules::cpu_error(&cpu.get(), &limits));
-    let ram_error = Signal::derive(move || rules::ram_error(&ram.get(), &limits));
-    let disk_error = Signal::derive(move || rules::disk_error(&disk.get(), &limits));
+    let cpu_said = Memo::new(move |_| {
+        let typed = cpu.get();
+        said(&typed, request::install_cpu(Sent::number(&typed), &limits))
+    });
+    let ram_said = Memo::new(move |_| {
+        let typed = ram.get();
+        said(&typed, request::install_ram(Sent::number(&typed), &limits))
+    });
+    let disk_said = Memo::new(move |_| {
+        let typed = disk.get();
+        said(&typed, request::install_disk(disk_sent(&typed), &limits))
+    });
+    let cpu_error = Signal::derive(move || cpu_said.get().error);
+    let ram_error = Signal::derive(move || ram_said.get().error);
+    let disk_error = Signal::derive(move || disk_said.get().error);
     let user_error = Signal::derive(move || rules::user_error(&user.get()));
     let passwd_error = Signal::derive(move || rules::passwd_error(&passwd.get()));
     let pubkey_error = Signal::derive(move || rules::pubkey_error(&pubkey.get()));
@@ -115,23 +158,30 @@ fn Form(catalog: Catalog) -> impl IntoView {
             server_error.set(Some("Fix the fields marked above first.".to_string()));
             return;
         }
-        let form = InstallForm {
-            os: os.get(),
-            version: version.get(),
-            name: name.get().trim().to_string(),
-            node: Some(node.get()).filter(|n| !n.is_empty()),
-            cpu: cpu.get().trim().parse().unwrap_or(0),
-            ram: ram.get().trim().parse().unwrap_or(0),
-            disk: format!("{}G", disk.get().trim()),
-            user: user.get().trim().to_string(),
-            passwd: passwd.get(),
-            pubkey: pubkey.get().trim().to_string(),
+        let password = passwd.get();
+        let body = InstallBody {
+            os: Sent::Given(os.get()),
+            version: Sent::Given(Version(version.get())),
+            name: Sent::text(&name.get()),
+            node: Sent::text(&node.get()),
+            cpu: Sent::number(&cpu.get()),
+            ram: Sent::number(&ram.get()),
+            disk: disk_sent(&disk.get()),
+            user: Sent::text(&user.get()),
+            // A password is sent as typed, spaces and all.
+            passwd: if password.is_empty() {
+                Sent::Absent
+            } else {
+                Sent::Given(password)
+            },
+            pubkey: Sent::text(&pubkey.get()),
+            id: Sent::Absent,
         };
         sending.set(true);
         server_error.set(None);
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
-            match start_install(form).await.and_then(|a| a) {
+            match start_install(body).await.and_then(|a| a) {
                 Ok(id) => navigate(
                     &format!("/new?job={id}"),
                     NavigateOptions {
@@ -189,9 +239,12 @@ fn Form(catalog: Catalog) -> impl IntoView {
             </fieldset>
             <fieldset>
                 <legend>"Resources"</legend>
-                <Field id="cpu" label="vCPUs" kind="number" value=cpu error=cpu_error/>
-                <Field id="ram" label="RAM (MB)" kind="number" value=ram error=ram_error hint=ram_hint/>
-                <Field id="disk" label="Disk (GB)" kind="number" value=disk error=disk_error hint="at least 16"/>
+                <Field id="cpu" label="vCPUs" kind="number" value=cpu error=cpu_error
+                    note=Signal::derive(move || cpu_said.get().note)/>
+                <Field id="ram" label="RAM (MB)" kind="number" value=ram error=ram_error hint=ram_hint
+                    note=Signal::derive(move || ram_said.get().note)/>
+                <Field id="disk" label="Disk (GB)" kind="number" value=disk error=disk_error hint="at least 16"
+                    note=Signal::derive(move || disk_said.get().note)/>
             </fieldset>
             <fieldset>
                 <legend>"Access"</legend>

@@ -8,8 +8,28 @@ use crate::components::options::options;
 use crate::components::timeline::JobView;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
 use crate::format::num;
-use crate::rules::{self, Limits};
+use crate::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
 use crate::types::{Resize, UiError, VmDetail};
+
+/// What an input holds as the `set/*` body it becomes.
+fn cpu_change(typed: &str) -> Resize {
+    Resize::Cpu(SetCpu {
+        cpu: Sent::number(typed),
+    })
+}
+
+fn memory_change(typed: &str) -> Resize {
+    Resize::Memory(SetMemory {
+        memory: Sent::number(typed),
+    })
+}
+
+/// The input holds GB to add; the body says `<n>G`.
+fn disk_change(typed: &str) -> Resize {
+    Resize::Disk(SetDisk {
+        disk: Sent::Given(format!("{}G", typed.trim())),
+    })
+}
 
 /// `/vm/:id`: one VM, its actions, resizing and migration.
 #[component]
@@ -86,11 +106,7 @@ fn VmInfo(
 ) -> impl IntoView {
     let vm = detail.vm.clone();
     let vmid = vm.vmid;
-    let limits = Limits {
-        max_cpu: detail.max_cpu,
-        max_ram_mb: detail.max_ram_mb,
-        max_disk_gb: detail.max_disk_gb,
-    };
+    let limits = detail.limits;
     let stopped = !vm.running && vm.status == "stopped" && vm.lock.is_none();
     let current_disk = vm.disk;
     let title = if vm.name.is_empty() {
@@ -105,56 +121,47 @@ fn VmInfo(
         inputs.node.set(first.clone());
     }
 
-    let cpu_error = Signal::derive(move || {
-        let v = inputs.cpu.get();
-        (!v.is_empty())
-            .then(|| rules::cpu_error(&v, &limits))
-            .flatten()
-    });
-    let memory_error = Signal::derive(move || {
-        let v = inputs.memory.get();
-        (!v.is_empty())
-            .then(|| rules::ram_error(&v, &limits))
-            .flatten()
-    });
-    let disk_error = Signal::derive(move || {
-        let v = inputs.disk.get();
-        if v.is_empty() {
-            return None;
-        }
-        let grow: i64 = match v.trim().parse() {
-            Ok(n) if n > 0 => n,
-            _ => return Some("add a whole number of GB, at least 1".to_string()),
-        };
-        let after = current_disk.round() as i64 + grow;
-        match limits.max_disk_gb.map(i64::from) {
-            Some(max) if after > max => Some(format!(
-                "disk would grow to {after}G, above the limit of {max}G"
-            )),
-            _ => None,
-        }
-    });
+    // The server's own checks of the same bodies, as you type.
+    let refusal = move |value: RwSignal<String>, change: fn(&str) -> Resize| {
+        Signal::derive(move || {
+            let typed = value.get();
+            if typed.trim().is_empty() {
+                return None;
+            }
+            match change(&typed) {
+                Resize::Cpu(body) => body.check(&limits).err().map(|r| r.0),
+                Resize::Memory(body) => body.check(&limits).err().map(|r| r.0),
+                Resize::Disk(body) => match body.check(&limits) {
+                    Err(r) => Some(r.0),
+                    Ok(growth) => limits
+                        .check_growth(current_disk.floor() as u64, growth.gib())
+                        .err(),
+                },
+            }
+        })
+    };
+    let cpu_error = refusal(inputs.cpu, cpu_change);
+    let memory_error = refusal(inputs.memory, memory_change);
+    let disk_error = refusal(inputs.disk, disk_change);
 
-    let apply = move |what: Resize, value: RwSignal<String>, error: Signal<Option<String>>| {
+    let apply = move |what: &'static str,
+                      change: fn(&str) -> Resize,
+                      value: RwSignal<String>,
+                      error: Signal<Option<String>>| {
         move |ev: leptos::ev::SubmitEvent| {
             ev.prevent_default();
             if error.get().is_some() || value.get().trim().is_empty() {
                 return;
             }
-            let raw = value.get().trim().to_string();
-            let sent = if what == Resize::Disk {
-                format!("{raw}G")
-            } else {
-                raw
-            };
+            let body = change(&value.get());
             busy.set(Some(vmid));
             leptos::task::spawn_local(async move {
-                let result = resize_vm(vmid, what, sent).await.and_then(|a| a);
+                let result = resize_vm(vmid, body).await.and_then(|a| a);
                 busy.set(None);
                 on_outcome.run(match result {
                     Ok(()) => {
                         value.set(String::new());
-                        Outcome::Done(format!("VM {vmid}: {what:?} changed").to_lowercase())
+                        Outcome::Done(format!("VM {vmid}: {what} changed"))
                     }
                     Err(e) => Outcome::Refused(format!(
                         "The server refused ({}): {}",
@@ -169,7 +176,10 @@ fn VmInfo(
         let target = inputs.node.get();
         busy.set(Some(vmid));
         leptos::task::spawn_local(async move {
-            let result = migrate_vm(vmid, target.clone()).await.and_then(|a| a);
+            let body = SetNode {
+                node: Sent::Given(target.clone()),
+            };
+            let result = migrate_vm(vmid, body).await.and_then(|a| a);
             busy.set(None);
             on_outcome.run(match result {
                 Ok(job) => Outcome::Job(job, format!("Migrating VM {vmid} to {target}")),
@@ -199,17 +209,17 @@ fn VmInfo(
         <section class="vm-changes">
             <h2>"Resources"</h2>
             {(!stopped).then(|| view! { <p class="hint">"Stop the VM to change its resources or move it (as go-pve-qemu requires)."</p> })}
-            <form class="inline-form" on:submit=apply(Resize::Cpu, inputs.cpu, cpu_error)>
+            <form class="inline-form" on:submit=apply("cpu", cpu_change, inputs.cpu, cpu_error)>
                 <Field id="new-cpu" label="vCPUs" kind="number" value=inputs.cpu error=cpu_error
                     placeholder=vm.cpu.to_string() disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set vCPUs"</button>
             </form>
-            <form class="inline-form" on:submit=apply(Resize::Memory, inputs.memory, memory_error)>
+            <form class="inline-form" on:submit=apply("memory", memory_change, inputs.memory, memory_error)>
                 <Field id="new-memory" label="RAM (MB)" kind="number" value=inputs.memory error=memory_error
                     placeholder=format!("{}", (vm.memory * 1024.0).round()) disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set RAM"</button>
             </form>
-            <form class="inline-form" on:submit=apply(Resize::Disk, inputs.disk, disk_error)>
+            <form class="inline-form" on:submit=apply("disk", disk_change, inputs.disk, disk_error)>
                 <Field id="grow-disk" label="Add disk (GB)" kind="number" value=inputs.disk error=disk_error
                     placeholder="10".to_string() disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Grow disk"</button>

@@ -18,7 +18,6 @@ use crate::pve::{
     GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
     QmOptions, StorageStatus, VmResource,
 };
-pub use run::shell_quote;
 use run::{Output, Runner};
 
 /// What `probe` allows a connection attempt.
@@ -104,13 +103,14 @@ impl CliBackend {
 
 /// The remote command of SSH initialization: fetch the script, run it as
 /// root (through sudo unless already root), the password on stdin.
-fn init_command(url: &str) -> String {
-    format!(
-        "f=$(mktemp) && curl -fsSL {} -o \"$f\" && \
+fn init_command(url: &str) -> Result<String, PveError> {
+    let url = shlex::try_quote(url)
+        .map_err(|_| PveError::command("ssh", "the script URL holds a NUL byte", 2))?;
+    Ok(format!(
+        "f=$(mktemp) && curl -fsSL {url} -o \"$f\" && \
          if [ \"$(id -u)\" = 0 ]; then bash \"$f\"; else sudo bash \"$f\"; fi; \
-         rc=$?; rm -f \"$f\"; exit $rc",
-        shell_quote(url)
-    )
+         rc=$?; rm -f \"$f\"; exit $rc"
+    ))
 }
 
 #[async_trait]
@@ -270,7 +270,7 @@ impl Pve for CliBackend {
             GuestCommand::InitScript {
                 url, root_password, ..
             } => {
-                let argv = CliBackend::guest_argv(target, &init_command(url));
+                let argv = CliBackend::guest_argv(target, &init_command(url)?);
                 // The password travels on stdin: no argument list shows it.
                 let mut stdin = root_password
                     .as_ref()
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn the_init_command_quotes_the_url_and_keeps_the_password_out() {
-        let cmd = init_command("http://10.0.0.11:8080/sh/debian_12.sh");
+        let cmd = init_command("http://10.0.0.11:8080/sh/debian_12.sh").unwrap();
         assert!(
             cmd.starts_with("f=$(mktemp) && curl -fsSL http://10.0.0.11:8080/sh/debian_12.sh -o")
         );

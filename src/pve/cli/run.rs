@@ -25,19 +25,6 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Quotes a word for the remote shell `ssh` hands its command to.
-pub fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_./:=,@%+-".contains(&b));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 /// An argument vector as a log line, the password value hidden.
 pub fn display(argv: &[String]) -> String {
     let mut out = Vec::with_capacity(argv.len());
@@ -82,11 +69,13 @@ impl Runner {
                 2,
             )
         })?;
-        let remote: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
+        // `ssh` hands its command to the node's shell: every word quoted.
+        let remote = shlex::try_join(argv.iter().map(String::as_str))
+            .map_err(|_| PveError::command(display(&argv), "an argument holds a NUL byte", 2))?;
         let mut ssh: Vec<String> = vec!["ssh".into()];
         ssh.extend(SSH_BATCH.iter().map(|s| s.to_string()));
         ssh.push(format!("root@{ip}"));
-        ssh.push(remote.join(" "));
+        ssh.push(remote);
         Ok(ssh)
     }
 
@@ -220,8 +209,12 @@ mod tests {
 
     #[test]
     fn quoting_and_display() {
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
+        let words = s(&[
+            "qm", "set", "1", "--name", "it's", "--x", "", "--y", "$HOME a",
+        ]);
+        let argv = runner().on_node("pve2", "qm", &words[1..]).unwrap();
+        let remote = argv.last().unwrap();
+        assert_eq!(shlex::split(remote), Some(words));
         assert_eq!(
             display(&s(&[
                 "qm",

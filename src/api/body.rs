@@ -1,0 +1,92 @@
+//! Request bodies, read at the edge: each route's wire type
+//! (`app::request`) is decoded from JSON and checked against the server's
+//! limits; the handler gets the checked value. A refusal is a 400 naming
+//! the field, and nothing has run.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use app::request::Body;
+
+use super::ApiError;
+use crate::engine::EngineError;
+use crate::server::AppState;
+
+/// A body of type `T`, checked.
+pub struct Checked<T: Body>(pub T::Checked);
+
+impl<T> FromRequest<AppState> for Checked<T>
+where
+    T: Body + Send,
+    T::Checked: Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::bad(e.body_text()))?;
+        let body: T = decode(&bytes)?;
+        let checked = body
+            .check(state.engine.limits())
+            .map_err(EngineError::from)?;
+        Ok(Checked(checked))
+    }
+}
+
+/// JSON into a wire type. The wire types take any value in any field (the
+/// check names what is wrong), so only the document itself can be refused
+/// here.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let not_object = || ApiError::bad("request body must be a JSON object");
+    match serde_json::from_slice::<T>(bytes) {
+        Err(e) if e.is_syntax() || e.is_eof() => Err(ApiError::bad(format!(
+            "request body is not valid JSON: {e}"
+        ))),
+        _ if !object => Err(not_object()),
+        Ok(body) => Ok(body),
+        Err(e) => Err(ApiError::bad(without_position(&e))),
+    }
+}
+
+/// serde_json's message without its ` at line 1 column 9`.
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&position).unwrap_or(&text).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::request::{InstallBody, SetCpu};
+
+    fn refused<T: DeserializeOwned>(body: &str) -> String {
+        match decode::<T>(body.as_bytes()) {
+            Ok(_) => panic!("{body} was accepted"),
+            Err(e) => e.message,
+        }
+    }
+
+    #[test]
+    fn only_json_objects_are_bodies() {
+        assert!(refused::<InstallBody>("{").starts_with("request body is not valid JSON: "));
+        assert!(refused::<InstallBody>("").starts_with("request body is not valid JSON: "));
+        assert_eq!(
+            refused::<InstallBody>("[1]"),
+            "request body must be a JSON object"
+        );
+        assert_eq!(refused::<SetCpu>("4"), "request body must be a JSON object");
+        assert_eq!(
+            refused::<SetCpu>("null"),
+            "request body must be a JSON object"
+        );
+        assert_eq!(
+            refused::<SetCpu>(r#"{"cpu":1,"cpu":2}"#),
+            "duplicate field `cpu`"
+        );
+        assert!(decode::<SetCpu>(br#" {"cpu":"four","other":[1,{"a":2}]}"#).is_ok());
+    }
+}

@@ -1,0 +1,67 @@
+//! The VM's disk, scsi0: its size as `qm config` shows it, and the install's
+//! `qm resize` to a size, tried three times and read back (it exits 0 when
+//! its task failed, SPEC §8).
+
+use super::Engine;
+use super::report::{Step, one_line};
+use crate::pve::PveError;
+use crate::pve::drive::drive_size;
+
+/// Tries of `qm resize`, and the pause between them.
+const RESIZE_TRIES: u32 = 3;
+const RESIZE_PAUSE_MS: u64 = 5000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("scsi0 has no size in qm config")]
+    NoSize,
+    #[error("scsi0 is not {0} after qm resize")]
+    NotResized(String),
+    #[error("failed to resize disk: {0}")]
+    Resize(Box<DiskError>),
+    #[error(transparent)]
+    Pve(#[from] PveError),
+}
+
+impl Engine {
+    /// `size=` of scsi0 in `qm config`, bytes.
+    pub(super) async fn disk_size(&self, node: &str, vmid: u32) -> Result<u64, DiskError> {
+        let config = self.proxmox.config(node, vmid).await?;
+        config
+            .get("scsi0")
+            .and_then(|d| drive_size(d))
+            .ok_or(DiskError::NoSize)
+    }
+
+    /// `qm resize <vmid> scsi0 <gb>G`, three tries five seconds apart, each
+    /// confirmed by reading the size back.
+    pub(super) async fn resize_to(
+        &self,
+        step: &Step<'_>,
+        node: &str,
+        vmid: u32,
+        gb: u64,
+    ) -> Result<(), DiskError> {
+        let size = format!("{gb}G");
+        let mut attempt = 1;
+        loop {
+            let result = match self.proxmox.resize(node, vmid, "scsi0", &size).await {
+                Ok(()) => match self.disk_size(node, vmid).await {
+                    Ok(bytes) if bytes == gb << 30 => return Ok(()),
+                    Ok(_) => DiskError::NotResized(size.clone()),
+                    Err(e) => e,
+                },
+                Err(e) => DiskError::Pve(e),
+            };
+            if attempt == RESIZE_TRIES {
+                return Err(DiskError::Resize(Box::new(result)));
+            }
+            step.processing(format!(
+                "[*] resize attempt {attempt} failed: {}; retrying in 5s",
+                one_line(&result.to_string())
+            ));
+            self.clock.sleep(RESIZE_PAUSE_MS).await;
+            attempt += 1;
+        }
+    }
+}

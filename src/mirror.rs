@@ -1,0 +1,151 @@
+//! Cloud image mirrors as pvedeck reaches them (SPEC §3.2): a `HEAD` that
+//! must answer 200 within 15 s, then a streamed `GET` into a file. `Http`
+//! is the real web; the simulated cluster brings an internet of its own
+//! (`sim::internet`), so the demo contacts nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+/// How a download reports its progress: bytes so far, and the total when known.
+pub type Progress<'a> = &'a (dyn Fn(u64, Option<u64>) + Send + Sync);
+
+const HEAD_TIMEOUT: Duration = Duration::from_secs(15);
+/// A download that delivers nothing for this long is given up.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("no answer within {}s", HEAD_TIMEOUT.as_secs())]
+    NoAnswer,
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("{0}")]
+    Http(String),
+    #[error("{method} {url} answered {code}")]
+    Status {
+        method: &'static str,
+        url: String,
+        code: u16,
+    },
+    #[error("no data for {}s", STALL_TIMEOUT.as_secs())]
+    Stalled,
+    #[error("download ended after {done} of {total} bytes")]
+    Truncated { done: u64, total: u64 },
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot move the image into place: {0}")]
+    Rename(std::io::Error),
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(String),
+}
+
+impl From<reqwest::Error> for ImageError {
+    fn from(e: reqwest::Error) -> ImageError {
+        if e.is_timeout() {
+            ImageError::NoAnswer
+        } else if e.is_connect() {
+            ImageError::Connect(e.to_string())
+        } else {
+            ImageError::Http(e.to_string())
+        }
+    }
+}
+
+/// Where images come from.
+#[async_trait]
+pub trait Mirror: Send + Sync {
+    /// `HEAD <url>`: 200 within 15 s, or why not.
+    async fn check(&self, url: &str) -> Result<(), ImageError>;
+    /// `GET <url>` into `file` (at `path`, for messages), all of it.
+    async fn fetch(
+        &self,
+        url: &str,
+        file: &mut tokio::fs::File,
+        path: &Path,
+        progress: Progress<'_>,
+    ) -> Result<(), ImageError>;
+}
+
+/// The web, through reqwest (TLS with the system's CA store).
+#[derive(Clone)]
+pub struct Http {
+    client: reqwest::Client,
+}
+
+impl Http {
+    pub fn new() -> Result<Http, ImageError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(HEAD_TIMEOUT)
+            .user_agent(concat!("pvedeck/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ImageError::Client(e.to_string()))?;
+        Ok(Http { client })
+    }
+}
+
+#[async_trait]
+impl Mirror for Http {
+    async fn check(&self, url: &str) -> Result<(), ImageError> {
+        let res = self.client.head(url).timeout(HEAD_TIMEOUT).send().await?;
+        match res.status().as_u16() {
+            200 => Ok(()),
+            code => Err(ImageError::Status {
+                method: "HEAD",
+                url: url.to_string(),
+                code,
+            }),
+        }
+    }
+
+    async fn fetch(
+        &self,
+        url: &str,
+        file: &mut tokio::fs::File,
+        path: &Path,
+        progress: Progress<'_>,
+    ) -> Result<(), ImageError> {
+        let res = self.client.get(url).send().await?;
+        if res.status().as_u16() != 200 {
+            return Err(ImageError::Status {
+                method: "GET",
+                url: url.to_string(),
+                code: res.status().as_u16(),
+            });
+        }
+        let total = res.content_length();
+        let write_error = |source| ImageError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut stream = res.bytes_stream();
+        let mut done = 0u64;
+        loop {
+            let chunk = match tokio::time::timeout(STALL_TIMEOUT, stream.next()).await {
+                Err(_) => return Err(ImageError::Stalled),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk?,
+            };
+            file.write_all(&chunk).await.map_err(write_error)?;
+            done += chunk.len() as u64;
+            progress(done, total);
+        }
+        if let Some(total) = total
+            && done != total
+        {
+            return Err(ImageError::Truncated { done, total });
+        }
+        file.sync_all().await.map_err(write_error)
+    }
+}

@@ -1,0 +1,297 @@
+//! The port as the engine holds it: every call to Proxmox under the timeout
+//! of its class. Nothing else in the engine reaches a backend, so no call
+//! can hang a job for ever. A call that outlives its timeout is dropped,
+//! which kills the command it ran (`cli`), and answers `PveError::Timeout`,
+//! which the edge maps to 504.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
+    QmOptions, StorageStatus, VmResource,
+};
+
+/// One try to reach a VM (a TCP probe, `ssh … echo ready`) is not a
+/// command: it is given up after this long, or the short timeout if less.
+const ATTEMPT: Duration = Duration::from_secs(20);
+
+/// How long a call may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// `COMMAND_TIMEOUT_SECS`: reads, `qm create`, `qm set`, power actions.
+    Short,
+    /// `LONG_COMMAND_TIMEOUT_SECS`: `qm importdisk`, `qm migrate`, the init script.
+    Long,
+    /// One readiness try.
+    Attempt,
+}
+
+pub struct Timed {
+    pve: Arc<dyn Pve>,
+    short: Duration,
+    long: Duration,
+}
+
+impl Timed {
+    pub fn new(pve: Arc<dyn Pve>, short: Duration, long: Duration) -> Timed {
+        Timed { pve, short, long }
+    }
+
+    pub fn limit(&self, class: Class) -> Duration {
+        match class {
+            Class::Short => self.short,
+            Class::Long => self.long,
+            Class::Attempt => self.short.min(ATTEMPT),
+        }
+    }
+
+    async fn within<T>(
+        &self,
+        class: Class,
+        command: impl FnOnce() -> String,
+        call: impl Future<Output = Result<T, PveError>>,
+    ) -> Result<T, PveError> {
+        let limit = self.limit(class);
+        match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(PveError::Timeout {
+                command: command(),
+                secs: limit.as_secs(),
+            }),
+        }
+    }
+
+    pub async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+        let what = || "pvesh get /cluster/resources --type vm".to_string();
+        self.within(Class::Short, what, self.pve.cluster_vms())
+            .await
+    }
+
+    pub async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+        let what = || "pvesh get /cluster/resources --type node".to_string();
+        self.within(Class::Short, what, self.pve.cluster_nodes())
+            .await
+    }
+
+    pub async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
+        let what = || format!("pvesh get /nodes/{node}/status");
+        self.within(Class::Short, what, self.pve.node_status(node))
+            .await
+    }
+
+    pub async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
+        let what = || "pvesm status".to_string();
+        self.within(Class::Short, what, self.pve.storage_status(node))
+            .await
+    }
+
+    pub async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let what = || "qm create".to_string();
+        self.within(Class::Short, what, self.pve.create(node, vmid, options))
+            .await
+    }
+
+    pub async fn import_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        image: &Path,
+        storage: &str,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError> {
+        let what = || "qm importdisk".to_string();
+        let call = self.pve.import_disk(node, vmid, image, storage, out);
+        self.within(Class::Long, what, call).await
+    }
+
+    pub async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let what = || "qm set".to_string();
+        self.within(Class::Short, what, self.pve.set(node, vmid, options))
+            .await
+    }
+
+    pub async fn resize(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<(), PveError> {
+        let what = || "qm resize".to_string();
+        let call = self.pve.resize(node, vmid, disk, size);
+        self.within(Class::Short, what, call).await
+    }
+
+    pub async fn config(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<BTreeMap<String, String>, PveError> {
+        let what = || "qm config".to_string();
+        self.within(Class::Short, what, self.pve.config(node, vmid))
+            .await
+    }
+
+    pub async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        let what = || "qm status".to_string();
+        self.within(Class::Short, what, self.pve.status(node, vmid))
+            .await
+    }
+
+    pub async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
+        let what = || format!("qm {}", action.verb());
+        self.within(Class::Short, what, self.pve.power(node, vmid, action))
+            .await
+    }
+
+    pub async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
+        let what = || "qm destroy".to_string();
+        self.within(Class::Short, what, self.pve.destroy(node, vmid, skiplock))
+            .await
+    }
+
+    pub async fn migrate(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let what = || "qm migrate".to_string();
+        let call = self.pve.migrate(node, vmid, target, out);
+        self.within(Class::Long, what, call).await
+    }
+
+    /// Whether something answers on `ip:port`; a probe that hangs is "no".
+    pub async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
+        tokio::time::timeout(self.limit(Class::Attempt), self.pve.probe(ip, port))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// One readiness try: `ssh <user>@<ip> echo ready`.
+    pub async fn guest_ready(&self, target: &GuestTarget) -> Result<(), PveError> {
+        let what = || "ssh echo ready".to_string();
+        let quiet = |_: &str| {};
+        let call = self.pve.guest_exec(target, &GuestCommand::Ready, &quiet);
+        self.within(Class::Attempt, what, call).await
+    }
+
+    /// The init script over SSH, its output relayed.
+    pub async fn guest_init(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let what = || "ssh init script".to_string();
+        let call = self.pve.guest_exec(target, command, out);
+        self.within(Class::Long, what, call).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend whose every call never returns.
+    struct Stuck;
+
+    #[async_trait::async_trait]
+    impl Pve for Stuck {
+        async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+            std::future::pending().await
+        }
+        async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+            std::future::pending().await
+        }
+        async fn node_status(&self, _: &str) -> Result<NodeStatus, PveError> {
+            std::future::pending().await
+        }
+        async fn storage_status(&self, _: &str) -> Result<Vec<StorageStatus>, PveError> {
+            std::future::pending().await
+        }
+        async fn create(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn import_disk(
+            &self,
+            _: &str,
+            _: u32,
+            _: &Path,
+            _: &str,
+            _: LineSink<'_>,
+        ) -> Result<String, PveError> {
+            std::future::pending().await
+        }
+        async fn set(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn resize(&self, _: &str, _: u32, _: &str, _: &str) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn config(&self, _: &str, _: u32) -> Result<BTreeMap<String, String>, PveError> {
+            std::future::pending().await
+        }
+        async fn status(&self, _: &str, _: u32) -> Result<String, PveError> {
+            std::future::pending().await
+        }
+        async fn power(&self, _: &str, _: u32, _: PowerAction) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn destroy(&self, _: &str, _: u32, _: bool) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn migrate(&self, _: &str, _: u32, _: &str, _: LineSink<'_>) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {
+            std::future::pending().await
+        }
+        async fn guest_exec(
+            &self,
+            _: &GuestTarget,
+            _: &GuestCommand,
+            _: LineSink<'_>,
+        ) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn every_call_ends_at_its_class_timeout() {
+        let timed = Timed::new(
+            Arc::new(Stuck),
+            Duration::from_millis(20),
+            Duration::from_millis(40),
+        );
+        let e = timed.node_status("pve1").await.unwrap_err();
+        assert_eq!(
+            e,
+            PveError::Timeout {
+                command: "pvesh get /nodes/pve1/status".into(),
+                secs: 0
+            }
+        );
+        let quiet = |_: &str| {};
+        let started = std::time::Instant::now();
+        let e = timed
+            .migrate("pve1", 101, "pve2", &quiet)
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "qm migrate: no answer within 0s");
+        assert!(
+            started.elapsed() >= Duration::from_millis(40),
+            "the long class"
+        );
+        assert!(!timed.probe(Ipv4Addr::LOCALHOST, 22).await);
+        let e = timed.config("pve1", 101).await.unwrap_err();
+        assert!(matches!(e, PveError::Timeout { .. }), "{e}");
+        assert_eq!(timed.limit(Class::Attempt), Duration::from_millis(20));
+    }
+}
