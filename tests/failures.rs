@@ -249,6 +249,45 @@ async fn a_hung_command_is_given_up_at_its_timeout() {
 }
 
 #[tokio::test]
+async fn a_hung_pvesh_in_the_cpu_baseline_ends_the_install_at_the_timeout() {
+    let server = common::server(&[("COMMAND_TIMEOUT_SECS", "1")]).await;
+    common::fault(&server, r#"{"op":"nodestatus","action":"hang"}"#).await;
+    let out = run(&server.url, DEBIAN).await;
+    out.assert_failed_at(
+        "VM creation > creating VM",
+        "[-] failed to create VM: pvesh get /nodes/pve1/status: no answer within 1s",
+    );
+    assert_eq!(out.job["outcome"], "none");
+    assert!(!created_a_vm(&common::commands(&server).await));
+}
+
+#[tokio::test]
+async fn a_hung_qm_config_answers_start_and_reboot_with_504_before_acting() {
+    let server = common::server(&[("COMMAND_TIMEOUT_SECS", "1")]).await;
+    let url = &server.url;
+    // 103 is stopped, 101 is running; their `qm config` never answers.
+    for vmid in [103, 101] {
+        let fault = format!(r#"{{"op":"config","action":"hang","vmid":{vmid}}}"#);
+        common::fault(&server, &fault).await;
+    }
+    for (vmid, action) in [(103, "start"), (101, "reboot")] {
+        let (status, text) = common::post(&format!("{url}/api/vm/{vmid}/{action}")).await;
+        assert_eq!(
+            (status, text.as_str()),
+            (504, "qm config: no answer within 1s"),
+            "{action}"
+        );
+        let commands = common::commands(&server).await;
+        assert!(
+            !commands.iter().any(|c| *c == format!("qm {action} {vmid}")),
+            "{commands:?}"
+        );
+    }
+    let jobs = common::json(&format!("{url}/api/jobs")).await;
+    assert_eq!(jobs.as_array().map(Vec::len), Some(0), "no job was started");
+}
+
+#[tokio::test]
 async fn a_real_download_from_a_mirror_lands_in_the_cache() {
     let images = common::image_server().await;
     let base = format!("{images}/img");

@@ -9,20 +9,9 @@ use serde::de::{self, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, Seq
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::os::{self, Os, Release};
+pub use crate::rules::Refusal;
 use crate::rules::{self, Clamp, Limits, messages};
 use crate::secret::Secret;
-
-/// A request the engine refuses because of what it holds: a 400.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub String);
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refusal {}
 
 fn refuse<T>(message: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal(message.into()))

@@ -20,6 +20,19 @@ pub const MIN_RAM_MB: u64 = 512;
 /// The cloud images need this much disk (GB).
 pub const MIN_DISK_GB: u64 = 16;
 
+/// A request refused because of what it holds: a 400, its message naming
+/// the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
 /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`: read once into the
 /// configuration, shown to the pages, applied by the engine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,12 +113,12 @@ impl Limits {
 
     /// `set/disk` grows by `grow` GiB a disk of `current` GiB: refused
     /// above `VM_MAX_DISK`.
-    pub fn check_growth(&self, current_gib: u64, grow: u64) -> Result<(), String> {
+    pub fn check_growth(&self, current_gib: u64, grow: u64) -> Result<(), Refusal> {
         let after = current_gib + grow;
         match self.max_disk_gb.map(u64::from) {
-            Some(max) if after > max => Err(format!(
+            Some(max) if after > max => Err(Refusal(format!(
                 "disk would grow to {after}G, above the limit of {max}G"
-            )),
+            ))),
             _ => Ok(()),
         }
     }
@@ -313,7 +326,7 @@ mod tests {
         assert!(Limits::default().allows_memory(1 << 20));
         assert_eq!(LIMITED.check_growth(60, 4), Ok(()));
         assert_eq!(
-            LIMITED.check_growth(64, 20),
+            LIMITED.check_growth(64, 20).map_err(|r| r.0),
             Err("disk would grow to 84G, above the limit of 64G".to_string())
         );
     }

@@ -186,6 +186,83 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    use app::os::find;
+    use tokio::io::AsyncWriteExt;
+
+    /// A mirror that sends part of an image, then fails or completes.
+    struct Halfway {
+        fail: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl Mirror for Halfway {
+        async fn check(&self, _: &str) -> Result<(), ImageError> {
+            Ok(())
+        }
+        async fn fetch(
+            &self,
+            _: &str,
+            file: &mut tokio::fs::File,
+            path: &Path,
+            _: crate::mirror::Progress<'_>,
+        ) -> Result<(), ImageError> {
+            let written = file.write_all(b"QFI").await;
+            written.map_err(|source| ImageError::Write {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if self.fail {
+                return Err(ImageError::Stalled);
+            }
+            file.flush().await.map_err(|source| ImageError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+
+    fn cache(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("pvedeck-images-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_download_is_renamed_when_complete_and_leaves_nothing_when_not() {
+        let release = find(Os::Debian, "12").unwrap();
+        let dir = cache("partial");
+        let failing = Images::new(
+            Arc::new(Halfway { fail: true }),
+            dir.clone(),
+            BTreeMap::new(),
+        );
+        let plan = failing.plan(&release);
+        let e = failing.download(&plan, &|_, _| {}).await.unwrap_err();
+        assert_eq!(e.to_string(), "no data for 60s");
+        assert_eq!(files(&dir), Vec::<String>::new(), "no partial file stays");
+
+        let working = Images::new(
+            Arc::new(Halfway { fail: false }),
+            dir.clone(),
+            BTreeMap::new(),
+        );
+        working.download(&plan, &|_, _| {}).await.unwrap();
+        assert_eq!(files(&dir), ["debian-12-generic-amd64.qcow2"]);
+        assert_eq!(std::fs::read(&plan.path).unwrap(), b"QFI");
+    }
 
     #[test]
     fn progress_is_throttled_to_five_percent_steps() {

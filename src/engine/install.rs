@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use app::request::InstallRequest;
-use app::rules::{Clamp, MIN_DISK_GB, MIN_RAM_MB};
+use app::rules::Clamp;
 use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use super::allocator::Reservation;
@@ -61,6 +61,27 @@ fn failed<E: std::fmt::Display>(
             cleanup,
         )
     }
+}
+
+/// A size as its validation step sets it, with an event when it changes:
+/// `[*] setting RAM to minimum 512 for system stability` (go-pve-qemu's words).
+fn settle<T: Copy + std::fmt::Display>(
+    step: &Step<'_>,
+    clamp: Clamp<T>,
+    what: &str,
+    unit: &str,
+    why_minimum: &str,
+) -> T {
+    match clamp {
+        Clamp::Raised(v) => {
+            step.processing(format!(
+                "[*] setting {what} to minimum {v}{unit}{why_minimum}"
+            ));
+        }
+        Clamp::Lowered(v) => step.processing(format!("[*] setting {what} to maximum {v}{unit}")),
+        Clamp::Kept(_) => {}
+    }
+    clamp.value()
 }
 
 /// The install's settled values, once preparation is done.
@@ -251,45 +272,15 @@ impl Engine {
             .map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
         step.success(&format!("[+] assigned IP: {ip}/24"));
 
+        let limits = &cfg.limits;
         let step = Step::new(job, Some("preparation"), "validating CPU and RAM");
-        let cpu = match cfg.limits.clamp_cpu(req.cpu) {
-            Clamp::Raised(min) => {
-                step.processing(format!("[*] setting CPU to minimum {min}"));
-                min
-            }
-            Clamp::Lowered(max) => {
-                step.processing(format!("[*] setting CPU to maximum {max}"));
-                max
-            }
-            Clamp::Kept(cpu) => cpu,
-        };
-        let ram = match cfg.limits.clamp_ram(req.ram) {
-            Clamp::Raised(_) => {
-                step.processing(format!(
-                    "[*] setting RAM to minimum {MIN_RAM_MB} for system stability"
-                ));
-                MIN_RAM_MB
-            }
-            Clamp::Lowered(max) => {
-                step.processing(format!("[*] setting RAM to maximum {max}"));
-                max
-            }
-            Clamp::Kept(ram) => ram,
-        };
+        let cpu = settle(&step, limits.clamp_cpu(req.cpu), "CPU", "", "");
+        let why = " for system stability";
+        let ram = settle(&step, limits.clamp_ram(req.ram), "RAM", "", why);
         step.success("[+] CPU and RAM validated");
 
         let step = Step::new(job, Some("preparation"), "validating disk size");
-        let disk_gb = match cfg.limits.clamp_disk(req.disk_gb) {
-            Clamp::Raised(_) => {
-                step.processing(format!("[*] setting disk to minimum {MIN_DISK_GB}G"));
-                MIN_DISK_GB
-            }
-            Clamp::Lowered(max) => {
-                step.processing(format!("[*] setting disk to maximum {max}G"));
-                max
-            }
-            Clamp::Kept(gb) => gb,
-        };
+        let disk_gb = settle(&step, limits.clamp_disk(req.disk_gb), "disk", "G", "");
         step.success("[+] disk size validated");
 
         let step = Step::new(job, Some("preparation"), "setting default config values");

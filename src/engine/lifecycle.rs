@@ -171,8 +171,7 @@ impl Engine {
             })?;
             self.config
                 .limits
-                .check_growth(current / (1 << 30), growth.gib())
-                .map_err(EngineError::BadRequest)?;
+                .check_growth(current / (1 << 30), growth.gib())?;
         }
         let size = format!("+{}G", growth.gib());
         self.proxmox

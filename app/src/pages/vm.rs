@@ -135,7 +135,8 @@ fn VmInfo(
                     Err(r) => Some(r.0),
                     Ok(growth) => limits
                         .check_growth(current_disk.floor() as u64, growth.gib())
-                        .err(),
+                        .err()
+                        .map(|r| r.0),
                 },
             }
         })
