@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// An OS family pvedeck installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum Os {
     Debian,
     Ubuntu,

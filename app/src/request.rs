@@ -219,29 +219,50 @@ impl fmt::Display for NodeName {
 
 /// `POST /api/vm/install` (SPEC §3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema), schema(as = Install))]
 pub struct InstallBody {
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Os, required = true))]
     pub os: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// `12`, `24.04`, `9`; a JSON number is taken too.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = String, required = true))]
     pub version: Field<Version>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// A host name label; the VM is named `<name>-<vmid>`.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>))]
     pub name: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// A VMID of the assignable range; absent or 0: the first free one.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<u32>))]
     pub id: Field<i64>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// The node the VM moves to once configured.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>))]
     pub node: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// vCPUs; 0 or less becomes 1, more than `VM_MAX_CPU` (at most 32) the maximum.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<i64>))]
     pub cpu: Field<i64>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// MB; less than 512 becomes 512, more than `VM_MAX_RAM` the maximum.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<i64>))]
     pub ram: Field<i64>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// `<n>G`; less than 16G becomes 16G, `VM_MAX_DISK` or more the maximum.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>, pattern = "^[0-9]+G$"))]
     pub disk: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// The cloud-init user; absent: the image's default user.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>))]
     pub user: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// The user's password (one line); absent: `passwd`, as go-pve-qemu.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>, format = Password))]
     pub passwd: Field<String>,
-    #[serde(skip_serializing_if = "Field::is_absent")]
+    /// One OpenSSH public key, put into the VM beside pvedeck's own.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<String>))]
     pub pubkey: Field<String>,
 }
 
@@ -380,8 +401,11 @@ impl Body for InstallBody {
 
 /// `POST /api/vm/:id/set/cpu` `{"cpu":4}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SetCpu {
+    /// vCPUs, from 1 to `VM_MAX_CPU` (at most 32).
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", schema(value_type = i64, required = true))]
     pub cpu: Field<i64>,
 }
 
@@ -409,8 +433,11 @@ impl Body for SetCpu {
 
 /// `POST /api/vm/:id/set/memory` `{"memory":8192}` (MB).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SetMemory {
+    /// MB, at least 512, at most `VM_MAX_RAM`; the balloon follows SPEC §3.4.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", schema(value_type = i64, required = true))]
     pub memory: Field<i64>,
 }
 
@@ -438,8 +465,14 @@ impl Body for SetMemory {
 
 /// `POST /api/vm/:id/set/disk` `{"disk":"10G"}`: how much to add.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SetDisk {
+    /// `<n>G` to add to scsi0, at least 1G; never past `VM_MAX_DISK`.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "ssr",
+        schema(value_type = String, required = true, pattern = "^[0-9]+G$")
+    )]
     pub disk: Field<String>,
 }
 
@@ -472,8 +505,11 @@ impl Body for SetDisk {
 
 /// `POST /api/vm/:id/set/node` `{"node":"pve2"}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SetNode {
+    /// An online cluster node other than the VM's.
+    #[serde(default)]
+    #[cfg_attr(feature = "ssr", schema(value_type = String, required = true))]
     pub node: Field<String>,
 }
 

@@ -31,6 +31,7 @@ impl ListFilter {
 /// The response of `GET /api/vm/list` (SPEC §5). The first keys are
 /// go-pve-qemu's; the ones after them are pvedeck's additions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct VmList {
     pub count: usize,
     pub list: Vec<VmSummary>,
@@ -38,6 +39,7 @@ pub struct VmList {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct VmSummary {
     pub vmid: u32,
     pub name: String,
@@ -66,6 +68,7 @@ pub struct VmSummary {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct NodeSummary {
     pub node: String,
     pub running: bool,
@@ -98,6 +101,7 @@ pub struct NodeSummary {
 /// How an event of a job's timeline went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum StepStatus {
     Processing,
     Success,
@@ -106,6 +110,7 @@ pub enum StepStatus {
 
 /// One event of a job's timeline: what go-pve-qemu's SSE `data:` lines carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct StepEvent {
     /// `<stage> > <step>`, or just the step for lifecycle jobs.
     pub step: String,
@@ -119,6 +124,7 @@ pub struct StepEvent {
 
 /// A stored event: its place in the job's log and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobEvent {
     pub seq: u64,
     /// Unix time, milliseconds.
@@ -129,6 +135,7 @@ pub struct JobEvent {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum JobKind {
     Install,
     Start,
@@ -149,6 +156,7 @@ impl JobKind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum JobState {
     Running,
     Succeeded,
@@ -160,6 +168,7 @@ pub enum JobState {
 /// What became of the VM when a job failed (SPEC §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum VmOutcome {
     /// No VM was created.
     None,
@@ -170,6 +179,7 @@ pub enum VmOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: u64,
     pub kind: JobKind,
@@ -188,6 +198,7 @@ pub struct Job {
 
 /// A job and its whole timeline so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobDetail {
     #[serde(flatten)]
     pub job: Job,

@@ -9,6 +9,7 @@ use axum::response::Response;
 
 use app::types::{Job, JobDetail};
 
+use super::openapi::{Events, Refused};
 use super::{ApiError, sse};
 use crate::server::AppState;
 
@@ -18,6 +19,13 @@ fn job_id(raw: &str) -> Result<u64, ApiError> {
 }
 
 /// `GET /api/jobs[?limit=n]`: newest first.
+#[utoipa::path(
+    get,
+    tag = "jobs",
+    path = "/api/jobs",
+    params(("limit" = Option<u32>, Query, description = "at most this many (1-10000, default 100)")),
+    responses((status = 200, description = "every job, newest first", body = Vec<Job>))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -34,6 +42,13 @@ pub async fn list(
 }
 
 /// `GET /api/jobs/:id`: the job and all its events.
+#[utoipa::path(
+    get,
+    tag = "jobs",
+    path = "/api/jobs/{id}",
+    params(("id" = u64, Path, description = "job id")),
+    responses((status = 200, description = "the job and its events", body = JobDetail), (status = "default", response = Refused))
+)]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -43,6 +58,17 @@ pub async fn show(
 
 /// `GET /api/jobs/:id/events`: replay, then follow; `Last-Event-ID` (or
 /// `?after=`) resumes after that event.
+#[utoipa::path(
+    get,
+    tag = "jobs",
+    path = "/api/jobs/{id}/events",
+    params(
+        ("id" = u64, Path, description = "job id"),
+        ("after" = Option<u64>, Query, description = "resume after this event"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "resume after this event")
+    ),
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
 pub async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -53,6 +53,13 @@ pub fn router(state: AppState) -> Router<AppState> {
         ))
 }
 
+/// Liveness.
+#[utoipa::path(
+    get,
+    tag = "server",
+    path = "/api/health",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
 async fn health() -> &'static str {
     "ok"
 }

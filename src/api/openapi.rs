@@ -1,43 +1,125 @@
-//! `/api/openapi.json`. The shapes are written by hand in `openapi.json`; the
-//! OS table, the defaults and the bounds are filled in from where the engine
-//! keeps them, so the document cannot drift from what the server accepts.
+//! `/api/openapi.json`, derived (utoipa) from the wire types of
+//! `app::request`, the answers of `app::types` and the handlers' own
+//! `#[utoipa::path]` descriptions, so it cannot drift from the code. The
+//! values that are configuration (`VM_MAX_*`) or tables (the releases,
+//! the defaults) are filled in from where the engine keeps them.
 
-use app::os::{Os, RELEASES};
-use app::rules::{DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
+use utoipa::OpenApi;
+
+use app::os::RELEASES;
+use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
+use app::rules::{
+    DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB, VMID_ADDRESSES,
+};
+use app::types::{Job, JobDetail, StepEvent, VmList};
 
 use super::ApiError;
 use crate::server::AppState;
 
-const SHAPES: &str = include_str!("openapi.json");
+/// 400 a bad body, path or precondition (`VM is running`); 401 no valid
+/// token (`API_TOKENS`); 403 a client outside `ALLOW_IPS`; 404 an unknown VM
+/// or job; 409 a locked VM or a taken id; 500 Proxmox refused (its message);
+/// 504 a command timed out. The body is the message, as text.
+#[derive(utoipa::ToResponse)]
+#[response(content_type = "text/plain")]
+pub struct Refused(#[allow(dead_code)] String);
 
+/// The job's events as they happen: each an `id:` (its place in the job)
+/// and one `data:` line holding a `StepEvent` as JSON; the last is
+/// `event: close` with `data: {}`. The `X-Job-Id` header names the job,
+/// which `/api/jobs/{id}/events` replays.
+#[derive(utoipa::ToResponse)]
+#[response(content_type = "text/event-stream")]
+pub struct Events(#[allow(dead_code)] StepEvent);
+
+/// `ok`
+#[derive(utoipa::ToResponse)]
+#[response(content_type = "text/plain", example = json!("ok"))]
+pub struct Done(#[allow(dead_code)] String);
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "pvedeck",
+        description = "go-pve-qemu's routes, answering as it did, and pvedeck's own."
+    ),
+    paths(
+        super::health,
+        super::vm::list,
+        super::vm::install,
+        super::vm::status,
+        super::vm::start,
+        super::vm::stop,
+        super::vm::shutdown,
+        super::vm::reboot,
+        super::vm::destroy,
+        super::vm::set_cpu,
+        super::vm::set_memory,
+        super::vm::set_disk,
+        super::vm::set_node,
+        super::jobs::list,
+        super::jobs::show,
+        super::jobs::events,
+        openapi,
+        super::sh::script,
+    ),
+    components(
+        schemas(
+            InstallBody,
+            SetCpu,
+            SetMemory,
+            SetDisk,
+            SetNode,
+            StepEvent,
+            VmList,
+            Job,
+            JobDetail
+        ),
+        responses(Refused, Events, Done)
+    )
+)]
+struct ApiDoc;
+
+/// `GET /api/openapi.json`
+#[utoipa::path(
+    get,
+    tag = "server",
+    path = "/api/openapi.json",
+    responses((status = 200, description = "this document", body = Object))
+)]
 pub async fn openapi(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    document(*state.engine.limits())
+    document(state.engine.limits())
         .map(Json)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-fn document(limits: Limits) -> Result<Value, serde_json::Error> {
-    let mut doc: Value = serde_json::from_str(SHAPES)?;
-    let oses: Vec<&str> = Os::ALL.map(Os::name).to_vec();
+fn document(limits: &Limits) -> Result<Value, serde_json::Error> {
+    let mut doc = serde_json::to_value(ApiDoc::openapi())?;
     let versions: Vec<&str> = RELEASES.iter().map(|r| r.version).collect();
     let ram_bounds = match limits.max_ram_mb {
         Some(max) => json!({"minimum": MIN_RAM_MB, "maximum": max}),
         None => json!({"minimum": MIN_RAM_MB}),
     };
     let fills = [
-        ("Install/properties/os", json!({"enum": oses})),
         ("Install/properties/version", json!({"enum": versions})),
+        (
+            "Install/properties/id",
+            json!({"minimum": VMID_ADDRESSES.start(), "maximum": VMID_ADDRESSES.end()}),
+        ),
         ("Install/properties/cpu", json!({"default": DEFAULT_CPU})),
         ("Install/properties/ram", json!({"default": DEFAULT_RAM_MB})),
         (
             "Install/properties/disk",
             json!({"default": format!("{DEFAULT_DISK_GB}G")}),
         ),
-        ("SetCpu/properties/cpu", json!({"maximum": limits.cpu()})),
+        (
+            "SetCpu/properties/cpu",
+            json!({"minimum": 1, "maximum": limits.cpu()}),
+        ),
         ("SetMemory/properties/memory", ram_bounds),
     ];
     for (at, fill) in fills {
@@ -57,7 +139,7 @@ mod tests {
 
     #[test]
     fn the_document_carries_the_engine_s_table_and_bounds() {
-        let doc = document(Limits {
+        let doc = document(&Limits {
             max_cpu: Some(8),
             max_ram_mb: None,
             max_disk_gb: None,
@@ -65,22 +147,31 @@ mod tests {
         .unwrap();
         let schema = |at: &str| doc.pointer(&format!("/components/schemas/{at}")).cloned();
         assert_eq!(
-            schema("Install/properties/os/enum"),
+            schema("Os/enum"),
             Some(json!(["debian", "ubuntu", "rockylinux"]))
         );
         assert_eq!(
             schema("Install/properties/version/enum").and_then(|v| v.as_array().map(Vec::len)),
             Some(RELEASES.len())
         );
+        assert_eq!(schema("Install/required"), Some(json!(["os", "version"])));
         assert_eq!(
             schema("Install/properties/disk/default"),
             Some(json!("16G"))
         );
+        assert_eq!(schema("Install/properties/id/maximum"), Some(json!(254)));
         assert_eq!(schema("SetCpu/properties/cpu/maximum"), Some(json!(8)));
         assert_eq!(
             schema("SetMemory/properties/memory/minimum"),
             Some(json!(512))
         );
         assert_eq!(schema("SetMemory/properties/memory/maximum"), None);
+        // The events of the streaming routes are the engine's own type.
+        assert!(schema("StepEvent/properties/status").is_some(), "{doc:#}");
+        assert!(
+            doc.pointer("/components/responses/Events/content/text~1event-stream/schema")
+                .is_some(),
+            "{doc:#}"
+        );
     }
 }

@@ -8,6 +8,17 @@ use super::ApiError;
 use crate::scripts;
 use crate::server::AppState;
 
+/// The OS init scripts VMs fetch during SSH initialization.
+#[utoipa::path(
+    get,
+    tag = "server",
+    path = "/sh/{script}",
+    params(("script" = String, Path, description = "`<os>_<version>.sh`, e.g. `debian_12.sh`")),
+    responses(
+        (status = 200, description = "the script", body = String, content_type = "text/plain"),
+        (status = 404, description = "no such script")
+    )
+)]
 pub async fn script(
     State(state): State<AppState>,
     Path(name): Path<String>,

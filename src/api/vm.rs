@@ -11,6 +11,7 @@ use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
 use app::types::{ListFilter, VmList};
 
 use super::body::Checked;
+use super::openapi::{Done, Events, Refused};
 use super::{ApiError, sse};
 use crate::server::AppState;
 
@@ -41,6 +42,13 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
 }
 
 /// `GET /api/vm/list[?disable=0|1]`
+#[utoipa::path(
+    get,
+    tag = "vm",
+    path = "/api/vm/list",
+    params(("disable" = Option<u8>, Query, description = "1: only stopped VMs, 0: only running ones")),
+    responses((status = 200, description = "VMs and per-node figures (SPEC §5)", body = VmList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -50,6 +58,13 @@ pub async fn list(
 }
 
 /// `POST /api/vm/install`: checks the request, starts the job, streams it.
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/install",
+    request_body = InstallBody,
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
 pub async fn install(
     State(state): State<AppState>,
     Checked(request): Checked<InstallBody>,
@@ -58,25 +73,68 @@ pub async fn install(
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
+/// `running` or `stopped`, from `qm status`.
+#[utoipa::path(
+    get,
+    tag = "vm",
+    path = "/api/vm/{id}/status",
+    params(("id" = u32, Path, description = "VMID")),
+    responses(
+        (status = 200, description = "`running` or `stopped`", body = String, content_type = "text/plain"),
+        (status = "default", response = Refused)
+    )
+)]
 pub async fn status(State(state): State<AppState>, VmId(id): VmId) -> Result<String, ApiError> {
     Ok(state.engine.vm_status(id).await?)
 }
 
+/// `qm start`, streamed until SSH answers (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/start",
+    params(("id" = u32, Path, description = "VMID")),
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
 pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
     let job = state.engine.start(id).await?;
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
+/// `qm reboot`, streamed until SSH answers again (the VM must be running).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/reboot",
+    params(("id" = u32, Path, description = "VMID")),
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
 pub async fn reboot(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
     let job = state.engine.reboot(id).await?;
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
+/// `qm stop`: a hard stop (the VM must be running).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/stop",
+    params(("id" = u32, Path, description = "VMID")),
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn stop(State(state): State<AppState>, VmId(id): VmId) -> Result<&'static str, ApiError> {
     state.engine.stop(id).await?;
     Ok("ok")
 }
 
+/// `qm shutdown`: ACPI (the VM must be running).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/shutdown",
+    params(("id" = u32, Path, description = "VMID")),
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn shutdown(
     State(state): State<AppState>,
     VmId(id): VmId,
@@ -85,6 +143,14 @@ pub async fn shutdown(
     Ok("ok")
 }
 
+/// `qm destroy --purge` (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/destroy",
+    params(("id" = u32, Path, description = "VMID")),
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn destroy(
     State(state): State<AppState>,
     VmId(id): VmId,
@@ -93,6 +159,15 @@ pub async fn destroy(
     Ok("ok")
 }
 
+/// `qm set --cores` (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/set/cpu",
+    params(("id" = u32, Path, description = "VMID")),
+    request_body = SetCpu,
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn set_cpu(
     State(state): State<AppState>,
     VmId(id): VmId,
@@ -102,6 +177,15 @@ pub async fn set_cpu(
     Ok("ok")
 }
 
+/// `qm set --memory`, with the balloon rules of SPEC §3.4 (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/set/memory",
+    params(("id" = u32, Path, description = "VMID")),
+    request_body = SetMemory,
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn set_memory(
     State(state): State<AppState>,
     VmId(id): VmId,
@@ -111,6 +195,15 @@ pub async fn set_memory(
     Ok("ok")
 }
 
+/// `qm disk resize scsi0 +<n>G` (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/set/disk",
+    params(("id" = u32, Path, description = "VMID")),
+    request_body = SetDisk,
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
 pub async fn set_disk(
     State(state): State<AppState>,
     VmId(id): VmId,
@@ -120,6 +213,15 @@ pub async fn set_disk(
     Ok("ok")
 }
 
+/// `qm migrate --with-local-disks`, its log streamed (the VM must be stopped).
+#[utoipa::path(
+    post,
+    tag = "vm",
+    path = "/api/vm/{id}/set/node",
+    params(("id" = u32, Path, description = "VMID")),
+    request_body = SetNode,
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
 pub async fn set_node(
     State(state): State<AppState>,
     VmId(id): VmId,
