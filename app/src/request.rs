@@ -272,7 +272,8 @@ pub struct InstallBody {
 pub struct InstallRequest {
     pub release: Release,
     pub name: String,
-    pub id: Option<u32>,
+    /// The VMID asked for, unchecked: `Allocator::check_asked` judges it.
+    pub id: Option<i64>,
     pub node: Option<NodeName>,
     pub cpu: i64,
     pub ram: i64,
@@ -341,21 +342,8 @@ impl Body for InstallBody {
             return refuse(refused);
         }
 
-        let id = match integer(self.id, "id")? {
-            None | Some(0) => None,
-            Some(id) => Some(
-                u32::try_from(id)
-                    .ok()
-                    .filter(|id| rules::VMID_ADDRESSES.contains(id))
-                    .ok_or_else(|| {
-                        Refusal(format!(
-                            "id {id} is outside {}-{}",
-                            rules::VMID_ADDRESSES.start(),
-                            rules::VMID_ADDRESSES.end()
-                        ))
-                    })?,
-            ),
-        };
+        // A VMID asked for is the allocator's to judge (SPEC §3.1).
+        let id = integer(self.id, "id")?.filter(|id| *id != 0);
 
         let node = match text(self.node, "node")?.filter(|n| !n.is_empty()) {
             None => None,
@@ -586,8 +574,8 @@ mod tests {
             "version '10' of debian is not supported (supported: 11, 12, 13)"
         );
         assert_eq!(
-            refused(r#"{"os":"debian","version":"12","id":99}"#),
-            "id 99 is outside 100-254"
+            refused(r#"{"os":"debian","version":"12","id":"99"}"#),
+            "id must be an integer"
         );
         assert_eq!(
             refused(r#"{"os":"debian","version":"12","cpu":"4"}"#),

@@ -9,6 +9,8 @@ use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use app::rules::VMID_ADDRESSES;
+
 use super::EngineError;
 use super::report::one_line;
 use crate::config::Config;
@@ -106,10 +108,21 @@ impl Allocator {
         })
     }
 
-    /// An id asked for must be one the range assigns.
-    pub fn check_in_range(&self, id: u32) -> Result<(), EngineError> {
+    /// An id asked for must be one with an address (100-254) and one the
+    /// range assigns (`ASSIGN_IP_START`..`ASSIGN_IP_END`).
+    pub fn check_asked(&self, id: i64) -> Result<u32, EngineError> {
+        let id = u32::try_from(id)
+            .ok()
+            .filter(|id| VMID_ADDRESSES.contains(id))
+            .ok_or_else(|| {
+                EngineError::bad(format!(
+                    "id {id} is outside {}-{}",
+                    VMID_ADDRESSES.start(),
+                    VMID_ADDRESSES.end()
+                ))
+            })?;
         if self.range.contains(&id) {
-            return Ok(());
+            return Ok(id);
         }
         Err(EngineError::bad(format!(
             "id {id} is outside the assignable range {}-{}",
@@ -203,12 +216,16 @@ mod tests {
     }
 
     #[test]
-    fn an_id_asked_for_must_be_in_the_assignable_range() {
+    fn an_id_asked_for_must_have_an_address_in_the_assignable_range() {
         let a = allocator(&[("ASSIGN_IP_START", "100"), ("ASSIGN_IP_END", "200")]);
-        assert!(a.check_in_range(150).is_ok());
+        assert_eq!(a.check_asked(150).ok(), Some(150));
+        let refused = |id| a.check_asked(id).unwrap_err().to_string();
         assert_eq!(
-            a.check_in_range(220).map_err(|e| e.to_string()),
-            Err("id 220 is outside the assignable range 100-200".to_string())
+            refused(220),
+            "id 220 is outside the assignable range 100-200"
         );
+        assert_eq!(refused(99), "id 99 is outside 100-254");
+        assert_eq!(refused(-5), "id -5 is outside 100-254");
+        assert_eq!(refused(300), "id 300 is outside 100-254");
     }
 }

@@ -102,9 +102,10 @@ impl Engine {
     /// Checks what can be checked before a job exists, starts the install
     /// job and returns its id. A refused request has run no `qm`.
     pub async fn install(self: &Arc<Self>, request: InstallRequest) -> Result<u64, EngineError> {
-        if let Some(id) = request.id {
-            self.allocator.check_in_range(id)?;
-        }
+        let asked = request
+            .id
+            .map(|id| self.allocator.check_asked(id))
+            .transpose()?;
         if let Some(node) = &request.node {
             let nodes = self.proxmox.cluster_nodes().await?;
             if !nodes.iter().any(|n| n.node == node.as_str()) {
@@ -113,7 +114,7 @@ impl Engine {
                 )));
             }
         }
-        let reservation = match request.id {
+        let reservation = match asked {
             None => None,
             Some(id) => Some(self.allocator.reserve_explicit(id, &self.proxmox).await?),
         };
@@ -126,7 +127,7 @@ impl Engine {
             "install {} {}{named}",
             request.release.os, request.release.version
         );
-        let job = self.jobs.start(JobKind::Install, request.id, &title)?;
+        let job = self.jobs.start(JobKind::Install, asked, &title)?;
         let id = job.id();
         let engine = self.clone();
         tokio::spawn(async move {
