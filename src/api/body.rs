@@ -24,9 +24,10 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        // A body that cannot be read (too large: 413) keeps axum's status.
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| ApiError::bad(e.body_text()))?;
+            .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
         let body: T = decode(&bytes)?;
         let checked = body
             .check(state.engine.limits())
