@@ -87,6 +87,10 @@ pub struct Config {
     pub admin_keys_file: Option<PathBuf>,
     /// Which init scripts `/sh/` serves: the real ones or the harmless test set.
     pub init_scripts: ScriptSet,
+    /// How often the cluster snapshot is refreshed while anyone reads it.
+    pub snapshot_interval: Duration,
+    /// Without a reader this long, the snapshot is not refreshed at all.
+    pub snapshot_idle: Duration,
     /// Timeout of a short Proxmox command (`qm set`, `qm start`…).
     pub command_timeout: Duration,
     /// Timeout of a long one (`qm importdisk`, `qm migrate`, the init script).
@@ -315,6 +319,12 @@ impl Vars<'_> {
                 .unwrap_or(3600),
         );
         let image_base = self.image_bases()?;
+        let snapshot_interval = Duration::from_millis(
+            self.int_in("SNAPSHOT_INTERVAL_MS", 10, 3_600_000)?
+                .unwrap_or(2000),
+        );
+        let snapshot_idle =
+            Duration::from_secs(self.int_in("SNAPSHOT_IDLE_SECS", 1, 86_400)?.unwrap_or(60));
 
         let api_tokens = match self.get("API_TOKENS") {
             None => Vec::new(),
@@ -387,6 +397,8 @@ impl Vars<'_> {
             ssh_key_dir,
             admin_keys_file,
             init_scripts,
+            snapshot_interval,
+            snapshot_idle,
             command_timeout,
             long_command_timeout,
             site_root,
@@ -522,6 +534,8 @@ mod tests {
         assert_eq!(c.limits, Limits::default());
         assert_eq!(c.image_cache_dir, PathBuf::from("./data/images"));
         assert_eq!(c.ssh_key_dir, PathBuf::from("./data/ssh"));
+        assert_eq!(c.snapshot_interval, Duration::from_secs(2));
+        assert_eq!(c.snapshot_idle, Duration::from_secs(60));
     }
 
     #[test]

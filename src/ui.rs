@@ -7,7 +7,7 @@ use std::sync::Arc;
 use app::backend::{Backend, Caller};
 use app::request::{Body, InstallBody, SetNode};
 use app::types::{
-    Catalog, Job, JobDetail, ListFilter, Resize, UiError, VmAction, VmDetail, VmList,
+    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
 };
 
 use crate::api::status_of;
@@ -51,7 +51,7 @@ impl Backend for UiBackend {
         })
     }
 
-    async fn list(&self) -> Result<VmList, UiError> {
+    async fn list(&self) -> Result<Overview, UiError> {
         self.0.list(ListFilter::All).await.map_err(ui)
     }
 

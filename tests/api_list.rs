@@ -258,3 +258,103 @@ async fn openapi_describes_every_route() {
         8
     );
 }
+
+// --- the cluster snapshot ------------------------------------------------
+
+/// How many times the cluster's VMs were read with `pvesh`.
+async fn vm_reads(server: &common::Server) -> usize {
+    common::commands(server)
+        .await
+        .iter()
+        .filter(|c| c.starts_with("pvesh get /cluster/resources --type vm"))
+        .count()
+}
+
+#[tokio::test]
+async fn concurrent_readers_share_one_pvesh() {
+    // No timed refresh within the test: only readers make it read.
+    let server = common::server(&[("SNAPSHOT_INTERVAL_MS", "600000")]).await;
+    assert_eq!(vm_reads(&server).await, 0, "an idle pvedeck reads nothing");
+    let reads = (0..24).map(|_| list(&server.url, ""));
+    let lists = futures_util::future::join_all(reads).await;
+    assert!(lists.iter().all(|l| vmids(l) == vmids(&lists[0])));
+    assert_eq!(
+        vm_reads(&server).await,
+        1,
+        "24 concurrent readers, one pvesh"
+    );
+    for _ in 0..10 {
+        list(&server.url, "").await;
+        common::get(&format!("{}/", server.url)).await;
+    }
+    assert_eq!(
+        vm_reads(&server).await,
+        1,
+        "the overview page reads memory too"
+    );
+}
+
+#[tokio::test]
+async fn a_client_reads_its_own_writes_and_the_age_is_told() {
+    let server = common::server(&[("SNAPSHOT_INTERVAL_MS", "600000")]).await;
+    let url = &server.url;
+    let res = reqwest::get(format!("{url}/api/vm/list")).await.unwrap();
+    let age: u64 = res.headers()["x-data-age-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("a number of milliseconds");
+    assert!(age < 600_000);
+    assert_eq!(res.headers()["x-data-stale"], "false");
+
+    let running = |l: &Value, id: u64| {
+        l["list"]
+            .as_array()
+            .and_then(|vms| vms.iter().find(|v| v["vmid"] == id))
+            .map(|v| v["running"] == true)
+    };
+    assert_eq!(running(&list(url, "").await, 101), Some(true));
+    assert_eq!(common::post(&format!("{url}/api/vm/101/stop")).await.0, 200);
+    assert_eq!(
+        running(&list(url, "").await, 101),
+        Some(false),
+        "stopped at once"
+    );
+    assert_eq!(
+        common::post(&format!("{url}/api/vm/101/destroy")).await.0,
+        200
+    );
+    assert_eq!(running(&list(url, "").await, 101), None, "gone at once");
+    // Two changes, two refreshes: the next reader paid each, nobody else.
+    assert_eq!(vm_reads(&server).await, 3);
+}
+
+#[tokio::test]
+async fn a_failing_refresh_keeps_the_last_snapshot_and_says_it_is_stale() {
+    let server = common::server(&[("SNAPSHOT_INTERVAL_MS", "20")]).await;
+    let url = format!("{}/api/vm/list", server.url);
+    let first = list(&server.url, "").await;
+    common::fault(
+        &server,
+        r#"{"op":"cluster","action":"fail","message":"500 proxy loop"}"#,
+    )
+    .await;
+    // Three intervals later the snapshot is stale; the list still answers.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let res = reqwest::get(&url).await.unwrap();
+        assert_eq!(res.status(), 200);
+        let stale = res.headers()["x-data-stale"] == "true";
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(vmids(&body), vmids(&first), "the last good snapshot");
+        if stale {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never stale");
+        tokio::task::yield_now().await;
+    }
+    // The overview says why.
+    let (_, page) = common::get(&format!("{}/", server.url)).await;
+    assert!(page.contains("(stale)"), "{page}");
+    assert!(page.contains("cannot refresh"), "{page}");
+}

@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
 use crate::request::{InstallBody, SetNode};
-use crate::types::{Catalog, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList};
+use crate::types::{Catalog, Job, JobDetail, Overview, Resize, UiError, VmAction, VmDetail};
 
 /// What the engine answered: the value, or its refusal.
 pub type Answer<T> = Result<T, UiError>;
@@ -58,9 +58,10 @@ mod server {
     }
 }
 
-/// The cluster overview: every VM and every node.
+/// The cluster overview: every VM and every node, read from the server's
+/// snapshot of the cluster (no Proxmox call per open page).
 #[server(prefix = "/fn", endpoint = "overview")]
-pub async fn get_overview() -> Result<Answer<VmList>, UiError> {
+pub async fn get_overview() -> Result<Answer<Overview>, UiError> {
     Ok(server::backend()?.0.list().await)
 }
 

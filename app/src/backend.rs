@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::request::{InstallBody, SetNode};
-use crate::types::{Catalog, Job, JobDetail, Resize, UiError, VmAction, VmDetail, VmList};
+use crate::types::{Catalog, Job, JobDetail, Overview, Resize, UiError, VmAction, VmDetail};
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
 /// token (`API_TOKENS`).
@@ -23,7 +23,8 @@ pub trait Backend: Send + Sync {
     fn needs_login(&self) -> bool;
     /// Checks a token for the login form.
     fn check_token(&self, token: &str) -> Result<(), UiError>;
-    async fn list(&self) -> Result<VmList, UiError>;
+    /// The list from the cluster snapshot, with its age.
+    async fn list(&self) -> Result<Overview, UiError>;
     async fn catalog(&self) -> Result<Catalog, UiError>;
     async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError>;
     async fn jobs(&self) -> Result<Vec<Job>, UiError>;

@@ -38,6 +38,18 @@ pub struct VmList {
     pub cluster: Vec<NodeSummary>,
 }
 
+/// The list with how old its data is: what the overview shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overview {
+    pub list: VmList,
+    /// Milliseconds since the cluster was read.
+    pub age_ms: u64,
+    /// Older than three refresh intervals: refreshes have been failing.
+    pub stale: bool,
+    /// Why the last refresh failed, when it did.
+    pub failure: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct VmSummary {

@@ -35,6 +35,7 @@ pub async fn set_node_state(
         }
     };
     sim.set_node_online(&node, online)?;
+    state.engine.cluster_changed();
     tracing::info!(node, online, "sim: node state changed");
     Ok("ok")
 }

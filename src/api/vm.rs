@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use axum::Json;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
 use app::types::{ListFilter, VmList};
@@ -47,14 +47,27 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
     tag = "vm",
     path = "/api/vm/list",
     params(("disable" = Option<u8>, Query, description = "1: only stopped VMs, 0: only running ones")),
-    responses((status = 200, description = "VMs and per-node figures (SPEC §5)", body = VmList))
+    responses((
+        status = 200,
+        description = "VMs and per-node figures (SPEC §5), from the cluster snapshot",
+        body = VmList,
+        headers(
+            ("X-Data-Age-Ms" = u64, description = "how long ago the cluster was read"),
+            ("X-Data-Stale" = bool, description = "`true` when older than three refresh intervals"),
+        )
+    ))
 )]
 pub async fn list(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<VmList>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let filter = ListFilter::from_disable(query.get("disable").map(String::as_str));
-    Ok(Json(state.engine.list(filter).await?))
+    let overview = state.engine.list(filter).await?;
+    let headers = [
+        ("x-data-age-ms", overview.age_ms.to_string()),
+        ("x-data-stale", overview.stale.to_string()),
+    ];
+    Ok((headers, Json(overview.list)))
 }
 
 /// `POST /api/vm/install`: checks the request, starts the job, streams it.

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use crate::pve::{PveError, Timed};
+use crate::pve::{NodeResource, PveError, Timed};
 
 const V2: [&str; 6] = ["cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"];
 const AES: [&str; 2] = ["aes", "pclmulqdq"];
@@ -65,18 +65,15 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The `--cpu` type, detected once per node list. A node that cannot
-    /// tell its flags (offline) makes it `kvm64`; Proxmox not answering in
-    /// time is an error: an install waits for no hung `pvesh`.
-    pub async fn detect(&self, proxmox: &Timed) -> Result<&'static str, PveError> {
-        let nodes = match proxmox.cluster_nodes().await {
-            Ok(nodes) => nodes,
-            Err(e @ PveError::Timeout { .. }) => return Err(e),
-            Err(e) => {
-                tracing::warn!("CPU baseline: cannot list nodes ({e}); using kvm64");
-                return Ok("kvm64");
-            }
-        };
+    /// The `--cpu` type for the nodes of the cluster snapshot, detected once
+    /// per node list (flags do not change while a node runs). A node that
+    /// cannot tell its flags (offline) makes it `kvm64`; Proxmox not
+    /// answering in time is an error: an install waits for no hung `pvesh`.
+    pub async fn detect(
+        &self,
+        proxmox: &Timed,
+        nodes: &[NodeResource],
+    ) -> Result<&'static str, PveError> {
         let mut names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         names.sort();
         if let Some((cached_for, cpu)) = &*self.cached.lock().unwrap_or_else(|p| p.into_inner())

@@ -17,12 +17,14 @@ impl Engine {
             })
             .collect();
         let mut nodes: Vec<String> = self
-            .proxmox
-            .cluster_nodes()
+            .cluster
+            .read()
             .await?
-            .into_iter()
+            .snapshot
+            .nodes
+            .iter()
             .filter(|n| n.is_online())
-            .map(|n| n.node)
+            .map(|n| n.node.clone())
             .collect();
         nodes.sort();
         Ok(Catalog {
@@ -35,7 +37,7 @@ impl Engine {
 
     pub async fn vm_detail(&self, vmid: u32) -> Result<VmDetail, EngineError> {
         let located = self.locate(vmid).await?;
-        let list = self.list(ListFilter::All).await?;
+        let list = self.list(ListFilter::All).await?.list;
         let vm = list
             .list
             .into_iter()

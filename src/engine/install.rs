@@ -107,8 +107,8 @@ impl Engine {
             .map(|id| self.allocator.check_asked(id))
             .transpose()?;
         if let Some(node) = &request.node {
-            let nodes = self.proxmox.cluster_nodes().await?;
-            if !nodes.iter().any(|n| n.node == node.as_str()) {
+            let view = self.cluster.read().await?;
+            if !view.snapshot.nodes.iter().any(|n| n.node == node.as_str()) {
                 return Err(EngineError::bad(format!(
                     "node '{node}' is not a node of the cluster"
                 )));
@@ -299,9 +299,11 @@ impl Engine {
         let storage = &cfg.assign_storage;
         let step = Step::new(job, Some("preparation"), "checking storage pool");
         step.processing(format!("[*] check storage pool: {storage}"));
-        storage::check(&self.proxmox, &cfg.main_node, storage)
-            .await
-            .map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
+        let checked = match self.cluster.read().await {
+            Ok(view) => storage::check(&view.snapshot.storages, storage),
+            Err(e) => Err(e.into()),
+        };
+        checked.map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
         step.success(&format!("[+] storage pool {storage} is available"));
 
         let image = self.os_image_stage(job, &req.release).await?;
@@ -324,9 +326,13 @@ impl Engine {
     async fn create(&self, job: &JobHandle, plan: &Plan) -> Result<(), Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
         step.processing("[*] VM creation");
+        let nodes = match self.cluster.read().await {
+            Ok(view) => view.snapshot.nodes.clone(),
+            Err(e) => return Err(failed(&step, "failed to create VM", Cleanup::Nothing)(e)),
+        };
         let cpu_type = self
             .cpu_baseline
-            .detect(&self.proxmox)
+            .detect(&self.proxmox, &nodes)
             .await
             .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))?;
         step.processing(format!("[*] CPU type: {cpu_type} (cluster baseline)"));

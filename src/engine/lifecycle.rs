@@ -277,8 +277,10 @@ impl Engine {
         vmid: u32,
         target: NodeName,
     ) -> Result<u64, EngineError> {
-        let nodes = self.proxmox.cluster_nodes().await?;
-        let node = nodes
+        let view = self.cluster.read().await?;
+        let node = view
+            .snapshot
+            .nodes
             .iter()
             .find(|n| n.node == target.as_str())
             .ok_or_else(|| {

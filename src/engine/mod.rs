@@ -16,12 +16,13 @@ pub mod list;
 mod memory;
 mod readiness;
 mod report;
+mod snapshot;
 mod sshkey;
 mod storage;
 
 use std::sync::Arc;
 
-use app::types::{Job, JobDetail, ListFilter, VmList};
+use app::types::{Job, JobDetail, ListFilter, Overview};
 
 use crate::clock::Clock;
 use crate::config::{Config, Limits};
@@ -35,7 +36,9 @@ pub use report::one_line;
 
 pub struct Engine {
     /// The only way to Proxmox: every call under its timeout.
-    proxmox: Timed,
+    proxmox: Arc<Timed>,
+    /// What the cluster looked like when last read.
+    cluster: Arc<snapshot::Cluster>,
     config: Arc<Config>,
     jobs: Arc<Jobs>,
     allocator: Arc<Allocator>,
@@ -70,13 +73,22 @@ pub struct VmRef {
 }
 
 impl Engine {
+    /// Builds the engine and starts its cluster snapshot's refresher (on
+    /// the current runtime).
     pub fn new(config: Arc<Config>, parts: Parts) -> Engine {
+        let proxmox = Arc::new(Timed::new(
+            parts.pve,
+            config.command_timeout,
+            config.long_command_timeout,
+        ));
         Engine {
-            proxmox: Timed::new(
-                parts.pve,
-                config.command_timeout,
-                config.long_command_timeout,
+            cluster: snapshot::Cluster::start(
+                proxmox.clone(),
+                config.main_node.clone(),
+                config.snapshot_interval,
+                config.snapshot_idle,
             ),
+            proxmox,
             images: Images::new(
                 parts.mirror,
                 config.image_cache_dir.clone(),
@@ -105,24 +117,41 @@ impl Engine {
         &self.jobs
     }
 
-    /// `GET /api/vm/list` (SPEC §5).
-    pub async fn list(&self, filter: ListFilter) -> Result<VmList, EngineError> {
-        let (vms, nodes) =
-            tokio::try_join!(self.proxmox.cluster_vms(), self.proxmox.cluster_nodes())?;
-        Ok(list::build(&vms, &nodes, &self.allocator, filter))
+    /// `GET /api/vm/list` (SPEC §5), from the cluster snapshot, with its age.
+    pub async fn list(&self, filter: ListFilter) -> Result<Overview, EngineError> {
+        let view = self.cluster.read().await?;
+        let snapshot = &view.snapshot;
+        Ok(Overview {
+            list: list::build(&snapshot.vms, &snapshot.nodes, &self.allocator, filter),
+            age_ms: u64::try_from(view.age.as_millis()).unwrap_or(u64::MAX),
+            stale: view.stale,
+            failure: view.failure,
+        })
     }
 
-    /// Finds a VM for an action: reserved ids are refused, unknown ones are 404.
+    /// The cluster changed behind the port's back (the simulator's control
+    /// routes): the next read refreshes.
+    pub fn cluster_changed(&self) {
+        self.proxmox.note_change();
+    }
+
+    /// Finds a VM for an action in the cluster snapshot: reserved ids are
+    /// refused, unknown ones are 404.
     pub async fn locate(&self, vmid: u32) -> Result<VmRef, EngineError> {
         if let Some(label) = self.allocator.reserved(vmid) {
             return Err(EngineError::bad(format!(
                 "VM {vmid} is reserved ({label}): pvedeck does not act on it"
             )));
         }
-        let vms = self.proxmox.cluster_vms().await?;
-        let resource = vms
-            .into_iter()
+        let resource = self
+            .cluster
+            .read()
+            .await?
+            .snapshot
+            .vms
+            .iter()
             .find(|vm| vm.vmid == vmid && vm.is_qemu() && !vm.template)
+            .cloned()
             .ok_or_else(|| EngineError::NotFound(format!("VM {vmid} not found")))?;
         Ok(VmRef {
             vmid,

@@ -2,7 +2,7 @@
 //! listed by `pvesm status`, active, and of a type that holds VM disks.
 
 use super::report::one_line;
-use crate::pve::{PveError, StorageStatus, Timed};
+use crate::pve::{PveError, StorageStatus};
 
 /// Storage types a VM disk can be imported to.
 const STORAGE_TYPES: [&str; 4] = ["dir", "zfspool", "lvmthin", "nfs"];
@@ -19,8 +19,8 @@ pub enum StorageError {
     Pve(#[from] PveError),
 }
 
-/// The rule, on `pvesm status` rows.
-fn check_rows(rows: &[StorageStatus], storage: &str) -> Result<(), StorageError> {
+/// The rule, on `pvesm status` rows (the cluster snapshot's).
+pub fn check(rows: &[StorageStatus], storage: &str) -> Result<(), StorageError> {
     let row = rows
         .iter()
         .find(|r| r.name == storage)
@@ -38,12 +38,6 @@ fn check_rows(rows: &[StorageStatus], storage: &str) -> Result<(), StorageError>
         });
     }
     Ok(())
-}
-
-/// `pvesm status` on `node`, then the rule.
-pub async fn check(proxmox: &Timed, node: &str, storage: &str) -> Result<(), StorageError> {
-    let rows = proxmox.storage_status(node).await?;
-    check_rows(&rows, storage)
 }
 
 #[cfg(test)]
@@ -68,8 +62,8 @@ mod tests {
             row("nas", "nfs", "inactive"),
             row("iso", "cifs", "active"),
         ];
-        assert!(check_rows(&rows, "local-zfs").is_ok());
-        let text = |s: &str| check_rows(&rows, s).unwrap_err().to_string();
+        assert!(check(&rows, "local-zfs").is_ok());
+        let text = |s: &str| check(&rows, s).unwrap_err().to_string();
         assert_eq!(text("nas"), "storage pool nas is inactive");
         assert_eq!(text("gone"), "storage pool gone does not exist");
         assert_eq!(

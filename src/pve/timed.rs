@@ -9,6 +9,7 @@ use std::future::Future;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
@@ -35,11 +36,41 @@ pub struct Timed {
     pve: Arc<dyn Pve>,
     short: Duration,
     long: Duration,
+    /// Calls that may have changed the cluster, counted when they return
+    /// (done or failed): what a cluster snapshot read before is out of date.
+    changes: AtomicU64,
 }
 
 impl Timed {
     pub fn new(pve: Arc<dyn Pve>, short: Duration, long: Duration) -> Timed {
-        Timed { pve, short, long }
+        Timed {
+            pve,
+            short,
+            long,
+            changes: AtomicU64::new(0),
+        }
+    }
+
+    /// How many changes went through (or around, see `note_change`) the port.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// The cluster changed by other means (the simulator's control routes).
+    pub fn note_change(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A call that changes the cluster: timed, and counted when it returns.
+    async fn changing<T>(
+        &self,
+        class: Class,
+        command: impl FnOnce() -> String,
+        call: impl Future<Output = Result<T, PveError>>,
+    ) -> Result<T, PveError> {
+        let result = self.within(class, command, call).await;
+        self.note_change();
+        result
     }
 
     pub fn limit(&self, class: Class) -> Duration {
@@ -92,7 +123,7 @@ impl Timed {
 
     pub async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
         let what = || "qm create".to_string();
-        self.within(Class::Short, what, self.pve.create(node, vmid, options))
+        self.changing(Class::Short, what, self.pve.create(node, vmid, options))
             .await
     }
 
@@ -106,12 +137,12 @@ impl Timed {
     ) -> Result<String, PveError> {
         let what = || "qm importdisk".to_string();
         let call = self.pve.import_disk(node, vmid, image, storage, out);
-        self.within(Class::Long, what, call).await
+        self.changing(Class::Long, what, call).await
     }
 
     pub async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
         let what = || "qm set".to_string();
-        self.within(Class::Short, what, self.pve.set(node, vmid, options))
+        self.changing(Class::Short, what, self.pve.set(node, vmid, options))
             .await
     }
 
@@ -124,7 +155,7 @@ impl Timed {
     ) -> Result<(), PveError> {
         let what = || "qm resize".to_string();
         let call = self.pve.resize(node, vmid, disk, size);
-        self.within(Class::Short, what, call).await
+        self.changing(Class::Short, what, call).await
     }
 
     pub async fn config(
@@ -145,13 +176,13 @@ impl Timed {
 
     pub async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
         let what = || format!("qm {}", action.verb());
-        self.within(Class::Short, what, self.pve.power(node, vmid, action))
+        self.changing(Class::Short, what, self.pve.power(node, vmid, action))
             .await
     }
 
     pub async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
         let what = || "qm destroy".to_string();
-        self.within(Class::Short, what, self.pve.destroy(node, vmid, skiplock))
+        self.changing(Class::Short, what, self.pve.destroy(node, vmid, skiplock))
             .await
     }
 
@@ -164,7 +195,7 @@ impl Timed {
     ) -> Result<(), PveError> {
         let what = || "qm migrate".to_string();
         let call = self.pve.migrate(node, vmid, target, out);
-        self.within(Class::Long, what, call).await
+        self.changing(Class::Long, what, call).await
     }
 
     /// Whether something answers on `ip:port`; a probe that hangs is "no".
@@ -293,5 +324,7 @@ mod tests {
         let e = timed.config("pve1", 101).await.unwrap_err();
         assert!(matches!(e, PveError::Timeout { .. }), "{e}");
         assert_eq!(timed.limit(Class::Attempt), Duration::from_millis(20));
+        // Changes are counted, failed or not; reads are not.
+        assert_eq!(timed.changes(), 1, "the migration");
     }
 }

@@ -39,13 +39,30 @@ pub fn Overview() -> impl IntoView {
     });
 
     let data = move || overview.get().and_then(Result::ok);
-    let nodes = Signal::derive(move || data().map(|d| d.cluster).unwrap_or_default());
-    let vms = Signal::derive(move || data().map(|d| d.list).unwrap_or_default());
+    let nodes = Signal::derive(move || data().map(|d| d.list.cluster).unwrap_or_default());
+    let vms = Signal::derive(move || data().map(|d| d.list.list).unwrap_or_default());
+    let freshness = move || {
+        data().map(|d| {
+            let class = if d.stale {
+                "freshness stale"
+            } else {
+                "freshness"
+            };
+            view! {
+                <p class=class data-age-ms=d.age_ms>
+                    {updated(d.age_ms)}
+                    {d.stale.then_some(" (stale)")}
+                    {d.failure.map(|f| format!(" — cannot refresh: {f}"))}
+                </p>
+            }
+        })
+    };
 
     view! {
         <h1>"Cluster overview"</h1>
         <OutcomeNote outcome/>
         <Transition fallback=|| view! { <p class="loading">"Reading the cluster…"</p> }>
+            {freshness}
             {move || {
                 overview.get().and_then(Result::err).map(|e| view! {
                     <p class="error" role="alert">"Cannot read the cluster: " {e.message}</p>
@@ -58,6 +75,14 @@ pub fn Overview() -> impl IntoView {
             </section>
             <VmTable vms filter confirming busy on_outcome/>
         </Transition>
+    }
+}
+
+/// `updated 3 s ago`: how old the server's snapshot of the cluster was.
+fn updated(age_ms: u64) -> String {
+    match age_ms / 1000 {
+        0 => "updated just now".to_string(),
+        secs => format!("updated {secs} s ago"),
     }
 }
 
