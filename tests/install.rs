@@ -402,19 +402,57 @@ async fn on_a_dir_storage_the_imported_disk_is_named_as_proxmox_names_it() {
             == "  unused0: successfully imported disk 'local:106/vm-106-disk-0.raw'")
     );
     let commands = common::commands(&server).await;
+    let set = commands
+        .iter()
+        .find(|c| c.starts_with("qm set 106 "))
+        .expect("qm set");
     assert!(
-        commands
-            .iter()
-            .any(|c| c == "qm set 106 --scsi0 local:106/vm-106-disk-0.raw"),
-        "{commands:#?}"
+        set.contains(" --scsi0 local:106/vm-106-disk-0.raw "),
+        "{set}"
     );
-    assert!(
-        commands
-            .iter()
-            .any(|c| c == "qm set 106 --ide2 local:cloudinit")
-    );
+    assert!(set.contains(" --ide2 local:cloudinit "), "{set}");
     assert_eq!(
         common::vm(&server.url, 106).await.expect("106")["disk"],
         16.0
+    );
+}
+
+/// The Proxmox commands (`qm`, `pvesh`, `pvesm`) in the command log.
+async fn proxmox_calls(server: &common::Server) -> Vec<String> {
+    common::commands(server)
+        .await
+        .into_iter()
+        .filter(|c| ["qm ", "pvesh ", "pvesm "].iter().any(|p| c.starts_with(p)))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_install_makes_eight_proxmox_calls() {
+    // No timed refresh in between: only the installs' own calls count.
+    let server = common::server(&[("SNAPSHOT_INTERVAL_MS", "600000")]).await;
+    // The first install reads the snapshot and the nodes' CPU flags once.
+    let (_, events) = install(&server.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let before = proxmox_calls(&server).await.len();
+    let (_, events) = install(&server.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let calls = proxmox_calls(&server).await.split_off(before);
+    let verbs: Vec<String> = calls
+        .iter()
+        .map(|c| c.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        verbs,
+        [
+            "pvesh get",
+            "qm create",
+            "qm importdisk",
+            "qm set",
+            "qm resize",
+            "qm config",
+            "qm start",
+            "qm reboot",
+        ],
+        "{calls:#?}"
     );
 }

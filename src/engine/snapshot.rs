@@ -114,6 +114,17 @@ impl Cluster {
     /// one, with the failure). Readers who need one at the same time share
     /// it.
     pub async fn read(&self) -> Result<View, PveError> {
+        self.read_if(true).await
+    }
+
+    /// A snapshot that is not stale, even if pvedeck changed VMs since: for
+    /// what those changes do not touch (the nodes, the storages), so an
+    /// install costs no refresh of its own.
+    pub async fn recent(&self) -> Result<View, PveError> {
+        self.read_if(false).await
+    }
+
+    async fn read_if(&self, with_changes: bool) -> Result<View, PveError> {
         {
             let mut state = self.state();
             let now = Instant::now();
@@ -122,12 +133,12 @@ impl Cluster {
             }
             state.last_read = Some(now);
         }
-        if let Some(ready) = self.ready() {
+        if let Some(ready) = self.ready(with_changes) {
             return ready.map(|s| self.view(s));
         }
         let _one = self.flight.lock().await;
         // The refresh this reader waited for may be the one it needs.
-        if let Some(ready) = self.ready() {
+        if let Some(ready) = self.ready(with_changes) {
             return ready.map(|s| self.view(s));
         }
         let read = self.read_cluster().await;
@@ -143,7 +154,7 @@ impl Cluster {
     /// What a reader can have without a refresh: the current snapshot when
     /// it is up to date, or whatever the last refresh gave when that one
     /// failed within the interval (no retry per reader).
-    fn ready(&self) -> Option<Result<Arc<Snapshot>, PveError>> {
+    fn ready(&self, with_changes: bool) -> Option<Result<Arc<Snapshot>, PveError>> {
         let state = self.state();
         let failing = state
             .failed_at
@@ -152,8 +163,8 @@ impl Cluster {
             (Some(s), true) => Some(Ok(s.clone())),
             (None, true) => state.outcome.clone(),
             (Some(s), false) => {
-                let up_to_date =
-                    s.changes == self.proxmox.changes() && s.taken.elapsed() <= self.stale_after();
+                let up_to_date = (!with_changes || s.changes == self.proxmox.changes())
+                    && s.taken.elapsed() <= self.stale_after();
                 up_to_date.then(|| Ok(s.clone()))
             }
             (None, false) => None,
