@@ -456,3 +456,26 @@ async fn an_install_makes_eight_proxmox_calls() {
         "{calls:#?}"
     );
 }
+
+#[tokio::test]
+async fn readiness_is_noticed_when_the_port_opens_not_at_the_next_poll() {
+    if common::cli_mode() {
+        // The cli lane's guests are simulated behind `ssh` only: no port to
+        // knock on (the real-SSH lane knocks on a real sshd).
+        return;
+    }
+    // An `ssh` turn every ten minutes: only the port knock can notice the
+    // boots within the test's time.
+    let server = common::server(&[("SSH_POLL_INTERVAL_MS", "600000")]).await;
+    let (_, events) = install(&server.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let tries = common::commands(&server)
+        .await
+        .iter()
+        .filter(|c| c.starts_with("ssh debian@"))
+        .count();
+    // Per wait, the first turn (the VM most likely still boots) and the try
+    // when the port opened; and the init script's session. Without the
+    // knock the second try of a wait would come ten minutes later.
+    assert!((3..=5).contains(&tries), "{tries} ssh sessions");
+}

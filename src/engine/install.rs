@@ -14,6 +14,7 @@ use app::rules::Clamp;
 use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use super::allocator::Reservation;
+use super::readiness::Boot;
 use super::report::{Step, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::{Engine, EngineError, memory, storage};
@@ -483,11 +484,13 @@ impl Engine {
             "[*] VM started {}",
             elapsed(step.started().elapsed())
         ));
-        self.wait_for_ssh(&step, &target).await.map_err(failed(
-            &step,
-            "failed to connect to VM via SSH",
-            Cleanup::Keep,
-        ))?;
+        self.wait_for_ssh(&step, &target, Boot::Start)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to connect to VM via SSH",
+                Cleanup::Keep,
+            ))?;
         step.success("[+] VM is ready");
 
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
@@ -520,11 +523,13 @@ impl Engine {
             .await
             .map_err(failed(&step, "failed to reboot VM", Cleanup::Keep))?;
         step.processing("[+] VM rebooting");
-        self.wait_for_ssh(&step, &target).await.map_err(failed(
-            &step,
-            "failed to connect to VM via SSH",
-            Cleanup::Keep,
-        ))?;
+        self.wait_for_ssh(&step, &target, Boot::Reboot)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to connect to VM via SSH",
+                Cleanup::Keep,
+            ))?;
         step.success("[+] VM is ready");
         Ok(())
     }

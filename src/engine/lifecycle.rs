@@ -9,6 +9,7 @@ use app::request::{Cores, Growth, MemoryMb, NodeName};
 use app::types::{JobKind, JobState, VmOutcome};
 
 use super::disk::DiskError;
+use super::readiness::Boot;
 use super::report::{Step, one_line};
 use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
@@ -31,6 +32,7 @@ fn refusal(vmid: u32, e: PveError) -> EngineError {
 /// Streamed power actions: start and reboot.
 struct PowerJob {
     action: PowerAction,
+    boot: Boot,
     verb: &'static str,
     step: &'static str,
     doing: &'static str,
@@ -39,6 +41,7 @@ struct PowerJob {
 
 const START: PowerJob = PowerJob {
     action: PowerAction::Start,
+    boot: Boot::Start,
     verb: "start",
     step: "starting VM",
     doing: "starting",
@@ -47,6 +50,7 @@ const START: PowerJob = PowerJob {
 
 const REBOOT: PowerJob = PowerJob {
     action: PowerAction::Reboot,
+    boot: Boot::Reboot,
     verb: "reboot",
     step: "rebooting VM",
     doing: "rebooting",
@@ -233,7 +237,7 @@ impl Engine {
 
             let step = Step::new(&job, None, "waiting for SSH");
             step.processing(format!("[*] waiting for SSH as {}@{ip}", target.user));
-            if let Err(e) = engine.wait_for_ssh(&step, &target).await {
+            if let Err(e) = engine.wait_for_ssh(&step, &target, power.boot).await {
                 return fail_job(
                     &job,
                     &step,

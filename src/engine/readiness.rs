@@ -1,10 +1,30 @@
 //! When a VM is ready: `<user>@<ip> echo ready` over SSH answers (SPEC §3
-//! `waiting for ready`, §4 `waiting for SSH`), tried every
-//! `SSH_POLL_INTERVAL_MS`, at most `SSH_POLL_ATTEMPTS` times.
+//! `waiting for ready`, §4 `waiting for SSH`).
+//!
+//! `ssh` is tried every `SSH_POLL_INTERVAL_MS`, at most `SSH_POLL_ATTEMPTS`
+//! times, as go-pve-qemu did; between tries a TCP connect to
+//! `<ip>:SSH_PORT` every 200 ms notices the moment sshd starts listening,
+//! and `ssh` is tried at once then. After a reboot the port is first seen
+//! closed, so the session of the old boot is not taken for the new one.
+
+use std::time::{Duration, Instant};
 
 use super::Engine;
 use super::report::Step;
 use crate::pve::GuestTarget;
+
+/// How often the port is knocked on.
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+/// How long a reboot may take to close the old boot's port.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boot {
+    /// After `qm start`: nothing ran before.
+    Start,
+    /// After `qm reboot`: the old boot's sshd may still answer.
+    Reboot,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadyError {
@@ -12,27 +32,70 @@ pub enum ReadyError {
     Timeout(u32),
 }
 
+/// Whether to try `ssh` now: its turn came, or the port just opened.
+fn ssh_due(now: Instant, next_turn: Instant, open: bool, was_open: bool) -> bool {
+    now >= next_turn || (open && !was_open)
+}
+
 impl Engine {
     pub(super) async fn wait_for_ssh(
         &self,
         step: &Step<'_>,
         target: &GuestTarget,
+        boot: Boot,
     ) -> Result<(), ReadyError> {
         let attempts = self.config.ssh_poll_attempts;
-        for attempt in 1..=attempts {
-            if self.proxmox.guest_ready(target).await.is_ok() {
-                return Ok(());
-            }
-            if attempt % 6 == 0 {
-                step.processing(format!(
-                    "[*] waiting for SSH on {}:{} ({attempt}/{attempts})",
-                    target.ip, target.port
-                ));
-            }
-            if attempt < attempts {
-                tokio::time::sleep(self.config.ssh_poll_interval).await;
+        let interval = self.config.ssh_poll_interval;
+        let pause = PROBE_EVERY.min(interval);
+        if boot == Boot::Reboot {
+            let until = Instant::now() + CLOSE_GRACE;
+            while Instant::now() < until && self.proxmox.probe(target.ip, target.port).await {
+                tokio::time::sleep(pause).await;
             }
         }
-        Err(ReadyError::Timeout(attempts))
+        let mut tries = 0;
+        let mut next_turn = Instant::now();
+        let mut was_open = false;
+        loop {
+            let open = self.proxmox.probe(target.ip, target.port).await;
+            let now = Instant::now();
+            if ssh_due(now, next_turn, open, was_open) {
+                if self.proxmox.guest_ready(target).await.is_ok() {
+                    return Ok(());
+                }
+                tries += 1;
+                if tries >= attempts {
+                    return Err(ReadyError::Timeout(attempts));
+                }
+                if tries % 6 == 0 {
+                    step.processing(format!(
+                        "[*] waiting for SSH on {}:{} ({tries}/{attempts})",
+                        target.ip, target.port
+                    ));
+                }
+                next_turn = Instant::now() + interval;
+            }
+            was_open = open;
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_is_tried_on_its_turn_or_when_the_port_opens() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(5);
+        assert!(ssh_due(now, now, false, false), "the first turn");
+        assert!(!ssh_due(now, later, false, false), "closed, not its turn");
+        assert!(ssh_due(now, later, true, false), "the port just opened");
+        assert!(
+            !ssh_due(now, later, true, true),
+            "open before: wait for the turn"
+        );
+        assert!(ssh_due(later, later, true, true));
     }
 }

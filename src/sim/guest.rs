@@ -59,9 +59,9 @@ impl SimCluster {
         match self.knock(ip) {
             Knock::Foreign | Knock::Vm(_) => true,
             Knock::Refused => {
+                // A booting VM: its port refuses, as a TCP connect would see.
                 self.clock.sleep(timing::CONNECT_REFUSED).await;
-                // A refused connection is an answer too: something is there.
-                true
+                false
             }
             Knock::Nobody => {
                 self.clock.sleep(timing::CONNECT_TIMEOUT).await;
