@@ -15,7 +15,8 @@ use crate::pve::GuestTarget;
 
 /// How often the port is knocked on.
 const PROBE_EVERY: Duration = Duration::from_millis(200);
-/// How long a reboot may take to close the old boot's port.
+/// How long a reboot may take to close the old boot's port (or two poll
+/// intervals, when shorter).
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,7 @@ impl Engine {
         let interval = self.config.ssh_poll_interval;
         let pause = PROBE_EVERY.min(interval);
         if boot == Boot::Reboot {
-            let until = Instant::now() + CLOSE_GRACE;
+            let until = Instant::now() + CLOSE_GRACE.min(interval * 2);
             while Instant::now() < until && self.proxmox.probe(target.ip, target.port).await {
                 tokio::time::sleep(pause).await;
             }
