@@ -13,8 +13,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::Engine;
 use super::install::{Cleanup, Failure};
-use super::report::Step;
-use crate::jobs::JobHandle;
+use super::report::{Out, Step};
 use crate::mirror::{ImageError, Mirror};
 
 /// Where an image comes from and where it goes.
@@ -128,15 +127,15 @@ impl Engine {
     /// the cached file).
     pub(super) async fn os_image_stage(
         &self,
-        job: &JobHandle,
+        out: Out<'_>,
         release: &Release,
     ) -> Result<PathBuf, Failure> {
-        let step = Step::new(job, Some("OS preparation"), "getting OS image");
+        let step = Step::new(out, Some("OS preparation"), "getting OS image");
         step.processing("[*] get OS image download link");
         let plan = self.images.plan(release);
         step.success(&format!("[+] OS image URL obtained: {}", plan.url));
 
-        let step = Step::new(job, Some("OS preparation"), "validating OS image URL");
+        let step = Step::new(out, Some("OS preparation"), "validating OS image URL");
         step.processing("[*] check OS image URL availability");
         self.images.mirror.check(&plan.url).await.map_err(|e| {
             Failure::new(
@@ -150,11 +149,11 @@ impl Engine {
         // A concurrent install of the same image finishes its download first.
         let _slot = self.images.hold(&plan).await;
         if plan.path.is_file() {
-            let step = Step::new(job, Some("OS preparation"), "using OS image");
+            let step = Step::new(out, Some("OS preparation"), "using OS image");
             step.success(&format!("[+] using OS image {}", plan.path.display()));
             return Ok(plan.path);
         }
-        let step = Step::new(job, Some("OS preparation"), "downloading OS image");
+        let step = Step::new(out, Some("OS preparation"), "downloading OS image");
         step.processing("[*] start downloading OS image");
         let gate = ProgressGate::default();
         let progress = |done: u64, total: Option<u64>| {

@@ -15,7 +15,7 @@ use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use super::allocator::Reservation;
 use super::readiness::Boot;
-use super::report::{Step, elapsed, one_line};
+use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::{Engine, EngineError, memory, storage};
 use crate::jobs::JobHandle;
@@ -83,6 +83,16 @@ fn settle<T: Copy + std::fmt::Display>(
         Clamp::Kept(_) => {}
     }
     clamp.value()
+}
+
+/// What the `preparation` stage settles.
+struct Prepared {
+    vmid: u32,
+    ip: Ipv4Addr,
+    name: String,
+    cpu: u32,
+    ram: u64,
+    disk_gb: u64,
 }
 
 /// The install's settled values, once preparation is done.
@@ -238,16 +248,94 @@ impl Engine {
     }
 
     /// Stages `preparation`, `OS preparation` and `SSH preparation`: nothing
-    /// exists on the cluster yet.
+    /// exists on the cluster yet. The three work at once (the image's `HEAD`
+    /// and download need not wait for the VMID probe), and report in the
+    /// seed's order, each step with its own elapsed time. A failed stage
+    /// is reported once the ones before it are; a failed preparation stops
+    /// the others.
     async fn prepare(
         &self,
         job: &JobHandle,
         req: &InstallRequest,
         held: &mut Option<Reservation>,
     ) -> Result<Plan, Failure> {
+        let turns = Turns::new(job, 3);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            // An error means the sender is gone: nothing will stop us then.
+            if rx.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        // A stage passes the turn on only when it succeeded: what later
+        // stages did is never told after a failure.
+        let preparation = async {
+            let result = self.preparation(Out::Turn(&turns, 0), req, held).await;
+            match &result {
+                Ok(_) => turns.finish(0),
+                Err(_) => {
+                    let _ = stop.send(true);
+                }
+            }
+            result
+        };
+        let image = async {
+            tokio::select! {
+                r = self.os_image_stage(Out::Turn(&turns, 1), &req.release) => {
+                    if r.is_ok() {
+                        turns.finish(1);
+                    }
+                    Some(r)
+                }
+                () = until_stopped(stopped.clone()) => None,
+            }
+        };
+        let key = async {
+            tokio::select! {
+                r = self.ssh_key_stage(Out::Turn(&turns, 2)) => {
+                    if r.is_ok() {
+                        turns.finish(2);
+                    }
+                    Some(r)
+                }
+                () = until_stopped(stopped.clone()) => None,
+            }
+        };
+        let (prepared, image, key) = tokio::join!(preparation, image, key);
+        let p = prepared?;
+        match (image, key) {
+            (Some(Ok(image)), Some(Ok(key))) => Ok(Plan {
+                vmid: p.vmid,
+                ip: p.ip,
+                name: p.name,
+                cpu: p.cpu,
+                ram: p.ram,
+                disk_gb: p.disk_gb,
+                image,
+                key,
+                node: self.config.main_node.clone(),
+            }),
+            (Some(Err(failure)), _) | (_, Some(Err(failure))) => Err(failure),
+            // Only a failed preparation stops the others, and it returned above.
+            (None, _) | (_, None) => Err(Failure {
+                step: "preparation".to_string(),
+                message: "[-] the preparation was stopped".to_string(),
+                cleanup: Cleanup::Nothing,
+            }),
+        }
+    }
+
+    /// Stage `preparation`: the VMID, the address, the sizes, the name, the
+    /// storage pool.
+    async fn preparation(
+        &self,
+        out: Out<'_>,
+        req: &InstallRequest,
+        held: &mut Option<Reservation>,
+    ) -> Result<Prepared, Failure> {
         let cfg = &self.config;
 
-        let step = Step::new(job, Some("preparation"), "checking VMID");
+        let step = Step::new(out, Some("preparation"), "checking VMID");
         step.processing("[*] start VM installation");
         let vmid = match held {
             Some(r) => {
@@ -267,7 +355,7 @@ impl Engine {
             }
         };
 
-        let step = Step::new(job, Some("preparation"), "assigning IP");
+        let step = Step::new(out, Some("preparation"), "assigning IP");
         let ip = self
             .allocator
             .address(vmid)
@@ -275,17 +363,17 @@ impl Engine {
         step.success(&format!("[+] assigned IP: {ip}/24"));
 
         let limits = &cfg.limits;
-        let step = Step::new(job, Some("preparation"), "validating CPU and RAM");
+        let step = Step::new(out, Some("preparation"), "validating CPU and RAM");
         let cpu = settle(&step, limits.clamp_cpu(req.cpu), "CPU", "", "");
         let why = " for system stability";
         let ram = settle(&step, limits.clamp_ram(req.ram), "RAM", "", why);
         step.success("[+] CPU and RAM validated");
 
-        let step = Step::new(job, Some("preparation"), "validating disk size");
+        let step = Step::new(out, Some("preparation"), "validating disk size");
         let disk_gb = settle(&step, limits.clamp_disk(req.disk_gb), "disk", "G", "");
         step.success("[+] disk size validated");
 
-        let step = Step::new(job, Some("preparation"), "setting default config values");
+        let step = Step::new(out, Some("preparation"), "setting default config values");
         step.processing("[*] set default config values");
         let name = if req.name.is_empty() {
             vmid.to_string()
@@ -298,7 +386,7 @@ impl Engine {
         ));
 
         let storage = &cfg.assign_storage;
-        let step = Step::new(job, Some("preparation"), "checking storage pool");
+        let step = Step::new(out, Some("preparation"), "checking storage pool");
         step.processing(format!("[*] check storage pool: {storage}"));
         let checked = match self.cluster.recent().await {
             Ok(view) => storage::check(&view.snapshot.storages, storage),
@@ -307,19 +395,13 @@ impl Engine {
         checked.map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
         step.success(&format!("[+] storage pool {storage} is available"));
 
-        let image = self.os_image_stage(job, &req.release).await?;
-        let key = self.ssh_key_stage(job).await?;
-
-        Ok(Plan {
+        Ok(Prepared {
             vmid,
             ip,
             name,
             cpu,
             ram,
             disk_gb,
-            image,
-            key,
-            node: cfg.main_node.clone(),
         })
     }
 

@@ -2,11 +2,90 @@
 //! follow go-pve-qemu's conventions (`[*]` progress, `[+]` done, `[-]`
 //! failure, the step's elapsed time in parentheses).
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use app::types::{StepEvent, StepStatus};
 
 use crate::jobs::JobHandle;
+
+/// Where a step's events go: to the job, or to a turn of stages that run at
+/// once but report in the seed's order.
+#[derive(Clone, Copy)]
+pub enum Out<'a> {
+    Job(&'a JobHandle),
+    Turn(&'a Turns<'a>, usize),
+}
+
+impl<'a> From<&'a JobHandle> for Out<'a> {
+    fn from(job: &'a JobHandle) -> Out<'a> {
+        Out::Job(job)
+    }
+}
+
+impl Out<'_> {
+    fn emit(&self, event: StepEvent) {
+        match self {
+            Out::Job(job) => job.emit(event),
+            Out::Turn(turns, turn) => turns.emit(*turn, event),
+        }
+    }
+}
+
+/// Stages that work at the same time and report one after the other: a
+/// stage's events reach the job while it has the turn, and are held until
+/// then otherwise; each stage keeps its own elapsed times.
+pub struct Turns<'a> {
+    job: &'a JobHandle,
+    state: Mutex<TurnState>,
+}
+
+struct TurnState {
+    /// The stage whose events go out now.
+    current: usize,
+    held: Vec<Vec<StepEvent>>,
+    finished: Vec<bool>,
+}
+
+impl<'a> Turns<'a> {
+    pub fn new(job: &'a JobHandle, stages: usize) -> Turns<'a> {
+        Turns {
+            job,
+            state: Mutex::new(TurnState {
+                current: 0,
+                held: vec![Vec::new(); stages],
+                finished: vec![false; stages],
+            }),
+        }
+    }
+
+    fn emit(&self, turn: usize, event: StepEvent) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if turn <= state.current {
+            self.job.emit(event);
+        } else if let Some(held) = state.held.get_mut(turn) {
+            held.push(event);
+        }
+    }
+
+    /// Stage `turn` is done: the turn passes on, and what the next stages
+    /// held goes out.
+    pub fn finish(&self, turn: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(done) = state.finished.get_mut(turn) {
+            *done = true;
+        }
+        while state.finished.get(state.current) == Some(&true) {
+            state.current += 1;
+            let current = state.current;
+            if let Some(held) = state.held.get_mut(current) {
+                for event in std::mem::take(held) {
+                    self.job.emit(event);
+                }
+            }
+        }
+    }
+}
 
 /// `(1.23s)`
 pub fn elapsed(d: Duration) -> String {
@@ -14,7 +93,7 @@ pub fn elapsed(d: Duration) -> String {
 }
 
 pub struct Step<'a> {
-    job: &'a JobHandle,
+    out: Out<'a>,
     pub name: String,
     started: Instant,
 }
@@ -22,20 +101,20 @@ pub struct Step<'a> {
 impl<'a> Step<'a> {
     /// A step of a stage (`preparation > checking VMID`); lifecycle jobs use
     /// bare step names, as go-pve-qemu did (`starting VM`).
-    pub fn new(job: &'a JobHandle, stage: Option<&str>, step: &str) -> Step<'a> {
+    pub fn new(out: impl Into<Out<'a>>, stage: Option<&str>, step: &str) -> Step<'a> {
         let name = match stage {
             Some(stage) => format!("{stage} > {step}"),
             None => step.to_string(),
         };
         Step {
-            job,
+            out: out.into(),
             name,
             started: Instant::now(),
         }
     }
 
     fn emit(&self, status: StepStatus, message: String) {
-        self.job.emit(StepEvent {
+        self.out.emit(StepEvent {
             step: self.name.clone(),
             status,
             message,
@@ -67,7 +146,7 @@ impl<'a> Step<'a> {
 
     /// A final event carrying the VM's id and address.
     pub fn done(&self, message: String, vm_id: u32, ip: &str) {
-        self.job.emit(StepEvent {
+        self.out.emit(StepEvent {
             step: self.name.clone(),
             status: StepStatus::Success,
             message,
@@ -94,6 +173,53 @@ pub fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::Jobs;
+    use app::types::JobKind;
+
+    #[tokio::test]
+    async fn stages_working_at_once_report_in_turn() {
+        let dir = std::env::temp_dir().join(format!("pvedeck-turns-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let jobs = Jobs::open(&dir.join("jobs.db")).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        let turns = Turns::new(&job, 3);
+        let step = |turn, name| Step::new(Out::Turn(&turns, turn), Some("s"), name);
+        step(2, "third").processing("[*] 3a");
+        step(1, "second").processing("[*] 2a");
+        step(0, "first").processing("[*] 1a");
+        turns.finish(2);
+        step(1, "second").processing("[*] 2b");
+        turns.finish(0);
+        step(1, "second").processing("[*] 2c");
+        turns.finish(1);
+        step(2, "third").processing("[*] 3b");
+        let told: Vec<String> = jobs
+            .events(job.id(), 0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event.message)
+            .collect();
+        assert_eq!(
+            told,
+            ["[*] 1a", "[*] 2a", "[*] 2b", "[*] 2c", "[*] 3a", "[*] 3b"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stage_that_does_not_finish_holds_back_the_later_ones() {
+        let dir = std::env::temp_dir().join(format!("pvedeck-turns2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let jobs = Jobs::open(&dir.join("jobs.db")).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        let turns = Turns::new(&job, 3);
+        Step::new(Out::Turn(&turns, 2), None, "later").processing("[*] never told");
+        turns.finish(2);
+        Step::new(Out::Turn(&turns, 1), None, "failing").processing("[*] told");
+        turns.finish(0);
+        let told = jobs.events(job.id(), 0).unwrap();
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[0].event.message, "[*] told");
+    }
 
     #[test]
     fn elapsed_has_two_decimals() {

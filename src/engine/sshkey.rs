@@ -9,8 +9,7 @@ use tempfile::NamedTempFile;
 
 use super::Engine;
 use super::install::{Cleanup, Failure};
-use super::report::Step;
-use crate::jobs::JobHandle;
+use super::report::{Out, Step};
 
 /// The public key files looked for, in order (as go-pve-qemu did).
 const PUBLIC_KEYS: [&str; 3] = ["id_ed25519.pub", "id_rsa.pub", "id_ecdsa.pub"];
@@ -135,9 +134,9 @@ pub fn key_file(
 
 impl Engine {
     /// Stage `SSH preparation`: pvedeck's key, created when there is none.
-    pub(super) async fn ssh_key_stage(&self, job: &JobHandle) -> Result<KeyPair, Failure> {
+    pub(super) async fn ssh_key_stage(&self, out: Out<'_>) -> Result<KeyPair, Failure> {
         let dir = &self.config.ssh_key_dir;
-        let step = Step::new(job, Some("SSH preparation"), "checking SSH key");
+        let step = Step::new(out, Some("SSH preparation"), "checking SSH key");
         step.processing("[*] SSH preparation");
         // Two installs must not both run ssh-keygen.
         let _one_at_a_time = self.key_lock.lock().await;
@@ -149,7 +148,7 @@ impl Engine {
             return Ok(pair);
         }
         step.processing(format!("[*] no SSH key in {}", dir.display()));
-        let step = Step::new(job, Some("SSH preparation"), "creating SSH key");
+        let step = Step::new(out, Some("SSH preparation"), "creating SSH key");
         step.processing("[*] create SSH key");
         let pair = create(dir).await.map_err(|e| {
             Failure::new(
