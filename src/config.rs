@@ -81,6 +81,12 @@ pub struct Config {
     pub sim_speed: f64,
     /// How much the simulated guests' memory use wanders (fraction, 0 = still).
     pub sim_jitter: f64,
+    /// What each simulated `qm`/`pvesh`/`pvesm` costs in wall-clock time,
+    /// as a Perl start-up does on a real node (benchmarks).
+    pub sim_pvesh: Duration,
+    /// A simulated cluster of this many nodes and VMs instead of the demo
+    /// (benchmarks; only when `DATA_DIR/sim` holds no cluster yet).
+    pub sim_size: Option<(u32, u32)>,
     /// Where pvedeck's own SSH key lives (`~/.ssh` for cli, `DATA_DIR/ssh` for sim).
     pub ssh_key_dir: PathBuf,
     /// Extra public keys put into every VM (go-pve-qemu's admin key file).
@@ -354,6 +360,14 @@ impl Vars<'_> {
             })?
             .unwrap_or(1.0);
         let sim_jitter = self.int_in("SIM_JITTER", 0, 50)?.unwrap_or(5) as f64 / 100.0;
+        let sim_pvesh = Duration::from_millis(self.int_in("SIM_PVESH_MS", 0, 60_000)?.unwrap_or(0));
+        let sim_size = match (
+            self.u32_in("SIM_NODES", 1, 1000)?,
+            self.u32_in("SIM_VMS", 0, 100_000)?,
+        ) {
+            (None, None) => None,
+            (nodes, vms) => Some((nodes.unwrap_or(3), vms.unwrap_or(0))),
+        };
 
         let ssh_port = self.port("SSH_PORT", false)?.unwrap_or(22);
         // The simulated guests boot SIM_SPEED times faster: so does the polling.
@@ -394,6 +408,8 @@ impl Vars<'_> {
             ssh_poll_attempts,
             sim_speed,
             sim_jitter,
+            sim_pvesh,
+            sim_size,
             ssh_key_dir,
             admin_keys_file,
             init_scripts,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use app::backend::{Backend, Caller};
 use app::request::{Body, InstallBody, SetNode};
 use app::types::{
-    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
+    Catalog, Job, JobDetail, ListFilter, OVERVIEW_PAGE, Overview, Resize, UiError, VmAction,
+    VmDetail, VmList,
 };
 
 use crate::api::status_of;
@@ -51,8 +52,33 @@ impl Backend for UiBackend {
         })
     }
 
-    async fn list(&self) -> Result<Overview, UiError> {
-        self.0.list(ListFilter::All).await.map_err(ui)
+    async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError> {
+        let listing = self.0.list(filter).await.map_err(ui)?;
+        // The node figures are over all VMs, whatever the table shows.
+        let all = match filter {
+            ListFilter::All => listing.listed.clone(),
+            _ => self.0.list(ListFilter::All).await.map_err(ui)?.listed,
+        };
+        let vms = &listing.listed.list.list;
+        let pages = vms.len().div_ceil(OVERVIEW_PAGE).max(1);
+        let page = page.min(pages - 1);
+        Ok(Overview {
+            list: VmList {
+                count: vms.len(),
+                list: vms
+                    .iter()
+                    .skip(page * OVERVIEW_PAGE)
+                    .take(OVERVIEW_PAGE)
+                    .cloned()
+                    .collect(),
+                cluster: all.list.cluster.clone(),
+            },
+            page,
+            pages,
+            age_ms: listing.age_ms,
+            stale: listing.stale,
+            failure: listing.failure,
+        })
     }
 
     async fn catalog(&self) -> Result<Catalog, UiError> {

@@ -358,3 +358,16 @@ async fn a_failing_refresh_keeps_the_last_snapshot_and_says_it_is_stale() {
     assert!(page.contains("(stale)"), "{page}");
     assert!(page.contains("cannot refresh"), "{page}");
 }
+
+#[tokio::test]
+async fn a_large_cluster_lists_whole_and_the_overview_shows_a_page() {
+    let server = common::server(&[("SIM_NODES", "8"), ("SIM_VMS", "450")]).await;
+    let all = list(&server.url, "").await;
+    assert_eq!(all["count"], 450);
+    assert_eq!(all["cluster"].as_array().map(Vec::len), Some(8));
+    let (status, page) = common::get(&format!("{}/", server.url)).await;
+    assert_eq!(status, 200);
+    assert_eq!(page.matches("<tr data-vmid=").count(), 200, "one page");
+    assert!(page.contains("page 1 of 3"), "a pager");
+    assert!(page.contains("(450)"), "the count of all");
+}

@@ -9,7 +9,9 @@ use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
 use crate::request::{InstallBody, SetNode};
-use crate::types::{Catalog, Job, JobDetail, Overview, Resize, UiError, VmAction, VmDetail};
+use crate::types::{
+    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
+};
 
 /// What the engine answered: the value, or its refusal.
 pub type Answer<T> = Result<T, UiError>;
@@ -61,8 +63,8 @@ mod server {
 /// The cluster overview: every VM and every node, read from the server's
 /// snapshot of the cluster (no Proxmox call per open page).
 #[server(prefix = "/fn", endpoint = "overview")]
-pub async fn get_overview() -> Result<Answer<Overview>, UiError> {
-    Ok(server::backend()?.0.list().await)
+pub async fn get_overview(filter: ListFilter, page: usize) -> Result<Answer<Overview>, UiError> {
+    Ok(server::backend()?.0.list(filter, page).await)
 }
 
 /// The OS table, the limits and the nodes, for the create form.

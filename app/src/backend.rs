@@ -6,7 +6,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::request::{InstallBody, SetNode};
-use crate::types::{Catalog, Job, JobDetail, Overview, Resize, UiError, VmAction, VmDetail};
+use crate::types::{
+    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
+};
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
 /// token (`API_TOKENS`).
@@ -23,8 +25,8 @@ pub trait Backend: Send + Sync {
     fn needs_login(&self) -> bool;
     /// Checks a token for the login form.
     fn check_token(&self, token: &str) -> Result<(), UiError>;
-    /// The list from the cluster snapshot, with its age.
-    async fn list(&self) -> Result<Overview, UiError>;
+    /// One page of the list from the cluster snapshot, with its age.
+    async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError>;
     async fn catalog(&self) -> Result<Catalog, UiError>;
     async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError>;
     async fn jobs(&self) -> Result<Vec<Job>, UiError>;

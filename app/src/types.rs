@@ -38,10 +38,18 @@ pub struct VmList {
     pub cluster: Vec<NodeSummary>,
 }
 
-/// The list with how old its data is: what the overview shows.
+/// VMs the overview shows at a time: a page of a large cluster renders fast.
+pub const OVERVIEW_PAGE: usize = 200;
+
+/// The list with how old its data is: what the overview shows. `list.list`
+/// is one page of the VMs the filter keeps (`list.count` of them in all);
+/// `list.cluster` is every node's figures over all VMs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
     pub list: VmList,
+    /// The page shown, from 0, and how many there are.
+    pub page: usize,
+    pub pages: usize,
     /// Milliseconds since the cluster was read.
     pub age_ms: u64,
     /// Older than three refresh intervals: refreshes have been failing.

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
+use axum::http::{HeaderName, header};
 use axum::response::{IntoResponse, Response};
 
 use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
@@ -62,12 +62,20 @@ pub async fn list(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = ListFilter::from_disable(query.get("disable").map(String::as_str));
-    let overview = state.engine.list(filter).await?;
+    let listing = state.engine.list(filter).await?;
     let headers = [
-        ("x-data-age-ms", overview.age_ms.to_string()),
-        ("x-data-stale", overview.stale.to_string()),
+        (header::CONTENT_TYPE, "application/json".to_string()),
+        (
+            HeaderName::from_static("x-data-age-ms"),
+            listing.age_ms.to_string(),
+        ),
+        (
+            HeaderName::from_static("x-data-stale"),
+            listing.stale.to_string(),
+        ),
     ];
-    Ok((headers, Json(overview.list)))
+    // Written once per snapshot: every reader gets the same bytes.
+    Ok((headers, listing.listed.json.clone()))
 }
 
 /// `POST /api/vm/install`: checks the request, starts the job, streams it.

@@ -82,8 +82,11 @@ impl Baseline {
             return Ok(cpu);
         }
         let mut levels = Vec::new();
-        for name in &names {
-            match proxmox.node_status(name).await {
+        // All nodes at once: each `pvesh` is a Perl start-up on a real node.
+        let statuses =
+            futures_util::future::join_all(names.iter().map(|n| proxmox.node_status(n))).await;
+        for (name, status) in names.iter().zip(statuses) {
+            match status {
                 Ok(status) => levels.push(node_level(&status.cpuinfo.flags)),
                 Err(e @ PveError::Timeout { .. }) => return Err(e),
                 Err(e) => {

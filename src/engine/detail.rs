@@ -37,11 +37,13 @@ impl Engine {
 
     pub async fn vm_detail(&self, vmid: u32) -> Result<VmDetail, EngineError> {
         let located = self.locate(vmid).await?;
-        let list = self.list(ListFilter::All).await?.list;
+        let listing = self.list(ListFilter::All).await?;
+        let list = &listing.listed.list;
         let vm = list
             .list
-            .into_iter()
+            .iter()
             .find(|v| v.vmid == vmid)
+            .cloned()
             .ok_or_else(|| EngineError::NotFound(format!("VM {vmid} not found")))?;
         // The keys (URL-encoded) and the masked password say nothing useful.
         let config = if located.resource.status == "unknown" {

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use app::types::{ListFilter, NodeSummary, VmList, VmSummary};
 
+use std::sync::Arc;
+
 use super::Allocator;
+use super::snapshot::Snapshot;
 use crate::pve::{NodeResource, VmResource};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -32,6 +35,41 @@ fn wanted(filter: ListFilter, running: bool) -> bool {
         ListFilter::Running => running,
         ListFilter::Stopped => !running,
     }
+}
+
+/// A list as every reader of one snapshot gets it: built and written as
+/// JSON once.
+#[derive(Debug)]
+pub struct Listed {
+    pub list: VmList,
+    pub json: Vec<u8>,
+}
+
+impl Listed {
+    fn new(list: VmList) -> Listed {
+        // Serializing plain data cannot fail; an empty body would be seen.
+        let json = serde_json::to_vec(&list).unwrap_or_default();
+        Listed { list, json }
+    }
+}
+
+/// The snapshot's list for `filter`, built by the first reader.
+pub fn listed(snapshot: &Snapshot, addresses: &Allocator, filter: ListFilter) -> Arc<Listed> {
+    let slot = match filter {
+        ListFilter::All => 0,
+        ListFilter::Running => 1,
+        ListFilter::Stopped => 2,
+    };
+    snapshot.lists[slot]
+        .get_or_init(|| {
+            Arc::new(Listed::new(build(
+                &snapshot.vms,
+                &snapshot.nodes,
+                addresses,
+                filter,
+            )))
+        })
+        .clone()
 }
 
 /// Builds the list. Containers and templates are not VMs pvedeck manages and

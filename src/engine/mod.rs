@@ -22,7 +22,7 @@ mod storage;
 
 use std::sync::Arc;
 
-use app::types::{Job, JobDetail, ListFilter, Overview};
+use app::types::{Job, JobDetail, ListFilter};
 
 use crate::clock::Clock;
 use crate::config::{Config, Limits};
@@ -62,6 +62,14 @@ pub struct Parts {
     pub clock: Clock,
     pub jobs: Arc<Jobs>,
     pub listen_port: u16,
+}
+
+/// The list with how old its data is.
+pub struct Listing {
+    pub listed: Arc<list::Listed>,
+    pub age_ms: u64,
+    pub stale: bool,
+    pub failure: Option<String>,
 }
 
 /// A VM as the cluster resource list shows it, located for a command.
@@ -118,11 +126,10 @@ impl Engine {
     }
 
     /// `GET /api/vm/list` (SPEC §5), from the cluster snapshot, with its age.
-    pub async fn list(&self, filter: ListFilter) -> Result<Overview, EngineError> {
+    pub async fn list(&self, filter: ListFilter) -> Result<Listing, EngineError> {
         let view = self.cluster.read().await?;
-        let snapshot = &view.snapshot;
-        Ok(Overview {
-            list: list::build(&snapshot.vms, &snapshot.nodes, &self.allocator, filter),
+        Ok(Listing {
+            listed: list::listed(&view.snapshot, &self.allocator, filter),
             age_ms: u64::try_from(view.age.as_millis()).unwrap_or(u64::MAX),
             stale: view.stale,
             failure: view.failure,

@@ -14,7 +14,7 @@
 //! - A failed refresh keeps the last good snapshot: readers get it, with
 //!   its age and the failure; it is `stale` once older than three intervals.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub taken: Instant,
     /// The port's change count when the refresh began.
     changes: u64,
+    /// `/api/vm/list` of this snapshot, built once per filter (all, running,
+    /// stopped) by the first reader that asks.
+    pub lists: [OnceLock<Arc<super::list::Listed>>; 3],
 }
 
 /// A snapshot as a reader gets it.
@@ -125,7 +128,9 @@ impl Cluster {
     }
 
     async fn read_if(&self, with_changes: bool) -> Result<View, PveError> {
-        {
+        // A client's read keeps the refresher going; the engine's own reads
+        // during an install (`recent`) do not.
+        if with_changes {
             let mut state = self.state();
             let now = Instant::now();
             if !active(state.last_read, self.idle, now) {
@@ -214,6 +219,7 @@ impl Cluster {
                 storages,
                 taken: Instant::now(),
                 changes,
+                lists: Default::default(),
             })
         });
         let mut state = self.state();

@@ -222,6 +222,11 @@ impl Face<'_> {
                 }
                 Ok(0)
             }
+            Some("world") => {
+                // For benchmarks: the simulated world's time in one install.
+                out(&super::install_world_ms().to_string());
+                Ok(0)
+            }
             _ => {
                 eprintln!(
                     "usage: pvedeck sim qm|pvesh|pvesm|ssh <args>\n       \

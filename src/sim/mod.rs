@@ -48,6 +48,10 @@ pub struct SimSettings {
     pub nodes: BTreeMap<String, Ipv4Addr>,
     /// The init scripts the guests "fetch" from pvedeck's `/sh/`.
     pub scripts: ScriptSet,
+    /// Wall-clock cost of each `qm`/`pvesh`/`pvesm` (a Perl start-up).
+    pub pvesh: std::time::Duration,
+    /// `(nodes, VMs)` of a large cluster to seed instead of the demo.
+    pub size: Option<(u32, u32)>,
 }
 
 impl SimSettings {
@@ -58,12 +62,15 @@ impl SimSettings {
             gateway: config.gateway,
             nodes: config.nodes.clone(),
             scripts: config.init_scripts,
+            pvesh: config.sim_pvesh,
+            size: config.sim_size,
         }
     }
 }
 
 pub struct SimCluster {
     store: Store,
+    pvesh: std::time::Duration,
     clock: Clock,
     jitter: f64,
     gateway: Ipv4Addr,
@@ -78,9 +85,10 @@ fn load_or_seed(dir: &Path, settings: &SimSettings) -> Result<ClusterState, SimE
             path: file,
             detail: e.to_string(),
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(seed::demo_cluster(settings.gateway, &settings.nodes))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(match settings.size {
+            None => seed::demo_cluster(settings.gateway, &settings.nodes),
+            Some((nodes, vms)) => seed::large_cluster(settings.gateway, nodes, vms),
+        }),
         Err(e) => Err(SimError::Load {
             path: file,
             detail: e.to_string(),
@@ -92,6 +100,7 @@ impl SimCluster {
     fn with_store(store: Store, settings: &SimSettings) -> SimCluster {
         SimCluster {
             store,
+            pvesh: settings.pvesh,
             clock: Clock::new(settings.speed),
             jitter: settings.jitter,
             gateway: settings.gateway,
@@ -116,19 +125,6 @@ impl SimCluster {
         let state = load_or_seed(dir, settings)?;
         let store = Store::shared(dir.to_path_buf(), state);
         Ok(SimCluster::with_store(store, settings))
-    }
-
-    /// The demo cluster in memory only (unit tests).
-    pub fn in_memory(gateway: Ipv4Addr, speed: f64) -> SimCluster {
-        let settings = SimSettings {
-            speed,
-            jitter: 0.0,
-            gateway,
-            nodes: BTreeMap::new(),
-            scripts: ScriptSet::Real,
-        };
-        let store = Store::memory(seed::demo_cluster(gateway, &settings.nodes), None);
-        SimCluster::with_store(store, &settings)
     }
 
     /// Runs `f` on the state and saves what it changed.
@@ -169,6 +165,14 @@ impl SimCluster {
     fn record(&self, command: &str) {
         tracing::debug!("sim: {command}");
         self.store.record(command);
+    }
+
+    /// A `qm`/`pvesh`/`pvesm` call's start-up cost (`SIM_PVESH_MS`), in
+    /// wall-clock time whatever `SIM_SPEED` says.
+    async fn start_up(&self) {
+        if !self.pvesh.is_zero() {
+            tokio::time::sleep(self.pvesh).await;
+        }
     }
 
     /// Records a command about to run and applies an injected fault to it.
@@ -220,8 +224,20 @@ fn default_failure(op: &str, vmid: Option<u32>) -> String {
     }
 }
 
+/// The simulated world's own time in one install of a cached Debian image
+/// (milliseconds at `SIM_SPEED=1`): Proxmox's tasks, the import, the first
+/// boot, the init script, the second boot — what no orchestration saves.
+/// Benchmarks subtract it from an install's wall time.
+pub fn install_world_ms() -> u64 {
+    use timing::*;
+    let import = 2 * GIB_BYTES / IMPORT_BYTES_PER_MS;
+    READ + CREATE + import + SET + RESIZE + READ + START + FIRST_BOOT + INIT_SCRIPT + REBOOT + BOOT
+}
+
 /// Simulated durations at real speed, milliseconds.
 mod timing {
+    /// The Debian image's virtual size.
+    pub const GIB_BYTES: u64 = 1 << 30;
     pub const READ: u64 = 200;
     pub const CREATE: u64 = 1_500;
     pub const SET: u64 = 400;
@@ -247,6 +263,7 @@ mod timing {
 #[async_trait]
 impl Pve for SimCluster {
     async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+        self.start_up().await;
         let command = "pvesh get /cluster/resources --type vm";
         self.strike("cluster", None, command).await?;
         self.clock.sleep(timing::READ).await;
@@ -254,6 +271,7 @@ impl Pve for SimCluster {
     }
 
     async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+        self.start_up().await;
         let command = "pvesh get /cluster/resources --type node";
         self.strike("cluster", None, command).await?;
         self.clock.sleep(timing::READ).await;
@@ -261,6 +279,7 @@ impl Pve for SimCluster {
     }
 
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
+        self.start_up().await;
         let command = format!("pvesh get /nodes/{node}/status");
         self.strike("nodestatus", None, &command).await?;
         self.clock.sleep(timing::READ).await;
@@ -271,6 +290,7 @@ impl Pve for SimCluster {
     }
 
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
+        self.start_up().await;
         self.strike("storage", None, "pvesm status").await?;
         self.clock.sleep(timing::READ).await;
         self.read(|s| {
@@ -280,6 +300,7 @@ impl Pve for SimCluster {
     }
 
     async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_create(node, vmid, options).await
     }
 
@@ -291,14 +312,17 @@ impl Pve for SimCluster {
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
+        self.start_up().await;
         self.qm_importdisk(node, vmid, image, storage, out).await
     }
 
     async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_set(node, vmid, options).await.map(drop)
     }
 
     async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_resize(node, vmid, disk, size).await
     }
 
@@ -307,18 +331,22 @@ impl Pve for SimCluster {
         node: &str,
         vmid: u32,
     ) -> Result<std::collections::BTreeMap<String, String>, PveError> {
+        self.start_up().await;
         self.qm_config(node, vmid).await
     }
 
     async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        self.start_up().await;
         self.qm_status(node, vmid).await
     }
 
     async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_power(node, vmid, action).await
     }
 
     async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_destroy(node, vmid, skiplock).await.map(drop)
     }
 
@@ -329,6 +357,7 @@ impl Pve for SimCluster {
         target: &str,
         out: LineSink<'_>,
     ) -> Result<(), PveError> {
+        self.start_up().await;
         self.qm_migrate(node, vmid, target, out).await
     }
 

@@ -262,3 +262,48 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
         faults: Default::default(),
     }
 }
+
+/// A large cluster for benchmarks: `nodes` nodes like `pve1` and `vms` VMs
+/// spread over them (ids from 1000, outside the assignable range), two in
+/// three running.
+pub fn large_cluster(gateway: Ipv4Addr, nodes: u32, vms: u32) -> ClusterState {
+    let [a, b, c, _] = gateway.octets();
+    let mut state = demo_cluster(gateway, &BTreeMap::new());
+    let template = state.nodes.get("pve1").cloned();
+    state.nodes.clear();
+    state.vms.clear();
+    for n in 1..=nodes.max(1) {
+        let name = format!("pve{n}");
+        let mut node = template.clone().unwrap_or_else(|| {
+            node(
+                &name,
+                "Xeon",
+                (32, 16),
+                BASE_FLAGS.to_string(),
+                (128, GIB),
+                (1024, 0),
+                0.1,
+            )
+        });
+        node.name = name.clone();
+        state.nodes.insert(name, node);
+    }
+    let names: Vec<String> = state.nodes.keys().cloned().collect();
+    for i in 0..vms {
+        let vmid = 1000 + i;
+        let on = &names[i as usize % names.len()];
+        let running = (i % 3 != 0).then_some(512 * MIB);
+        let vm = make_vm(
+            [a, b, c],
+            vmid,
+            on,
+            &format!("vm-{vmid}"),
+            "debian",
+            (2, 2048, 16),
+            running,
+        );
+        state.vms.insert(vmid, vm);
+    }
+    state.foreign_hosts.clear();
+    state
+}

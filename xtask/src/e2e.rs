@@ -13,8 +13,8 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 /// Ample for a release server to bind; it prints its URL the moment it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Kills the server however the tests end.
-struct Server(Child);
+/// Kills the server however the tests (or the benchmark) end.
+pub struct Server(pub Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -35,7 +35,12 @@ pub fn run(root: &Path) -> Result<(), Failed> {
             std::fs::remove_dir_all(&data).map_err(io("target/e2e/data"))?;
         }
         std::fs::create_dir_all(&data).map_err(io("target/e2e/data"))?;
-        let (server, url) = start_server(root, &out)?;
+        let env = [
+            ("PVE_BACKEND", "sim"),
+            ("SIM_SPEED", "50"),
+            ("RUST_LOG", "info"),
+        ];
+        let (server, url) = start_server(root, &out, &env)?;
         println!("    server at {url}, log in target/e2e/server.log");
         let result = status(
             Command::new("node")
@@ -51,21 +56,24 @@ pub fn run(root: &Path) -> Result<(), Failed> {
 }
 
 /// Starts `target/release/pvedeck` on a free loopback port, in an empty
-/// environment and working directory (no developer's `.env` or exported
-/// settings leak in), and waits for the line that says where it listens.
-fn start_server(root: &Path, out: &Path) -> Result<(Server, String), Failed> {
+/// environment and working directory `out` (no developer's `.env` or
+/// exported settings leak in) with `env` on top, its data in `out/data`, and
+/// waits for the line that says where it listens.
+pub fn start_server(
+    root: &Path,
+    out: &Path,
+    env: &[(&str, &str)],
+) -> Result<(Server, String), Failed> {
     let mut child = Command::new(root.join("target/release/pvedeck"))
         .current_dir(out)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", out)
-        .env("PVE_BACKEND", "sim")
         .env("PORT", "0")
         .env("BIND_ADDR", "127.0.0.1")
         .env("DATA_DIR", out.join("data"))
         .env("LEPTOS_SITE_ROOT", root.join("target/site"))
-        .env("SIM_SPEED", "50")
-        .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

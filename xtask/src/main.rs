@@ -9,6 +9,7 @@
 //!
 //! Every install step checks first, so a second run installs nothing.
 
+mod bench;
 mod e2e;
 mod run;
 mod setup;
@@ -20,11 +21,12 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
   site   build only the browser bundle into target/site
-  e2e    build the site and the server, run only the browser tests";
+  e2e    build the site and the server, run only the browser tests
+  bench  build everything, measure speed and memory, print the figures";
 
 fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
@@ -43,6 +45,10 @@ fn main() -> ExitCode {
         Some("test") => test(&root),
         Some("site") => setup::build_tools(&root).and_then(|()| site::build(&root)),
         Some("e2e") => e2e_only(&root),
+        Some("bench") => setup::build_tools(&root)
+            .and_then(|()| site::build(&root))
+            .and_then(|()| build_server(&root))
+            .and_then(|()| bench::run(&root)),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

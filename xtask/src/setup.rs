@@ -55,7 +55,7 @@ fn ensure_node() -> Result<(), Failed> {
     Ok(())
 }
 
-fn apt_install(packages: &[&str]) -> Result<(), Failed> {
+pub fn apt_install(packages: &[&str]) -> Result<(), Failed> {
     step(&format!("install {} (apt)", packages.join(" ")), || {
         let root_user = output(Command::new("id").arg("-u")).is_some_and(|id| id.trim() == "0");
         let apt = |args: &[&str]| {

@@ -15,7 +15,10 @@ fn state_label(vm: &VmSummary) -> String {
 
 #[component]
 pub fn VmTable(
+    /// The VMs shown (one page).
     vms: Signal<Vec<VmSummary>>,
+    /// How many VMs the filter keeps in all.
+    total: Signal<usize>,
     filter: RwSignal<ListFilter>,
     confirming: RwSignal<Option<u32>>,
     busy: RwSignal<Option<u32>>,
@@ -49,7 +52,7 @@ pub fn VmTable(
     view! {
         <section class="vms" aria-label="virtual machines">
             <div class="vms-head">
-                <h2>"Virtual machines " <span class="count">{move || format!("({})", vms.with(Vec::len))}</span></h2>
+                <h2>"Virtual machines " <span class="count">{move || format!("({})", total.get())}</span></h2>
                 <div class="filters" role="group" aria-label="show">
                     {choice(ListFilter::All, "All")}
                     {choice(ListFilter::Running, "Running")}

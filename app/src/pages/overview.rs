@@ -14,10 +14,21 @@ const REFRESH: Duration = Duration::from_secs(2);
 #[component]
 pub fn Overview() -> impl IntoView {
     let (tick, set_tick) = signal(0u64);
+    // State that must outlive each refresh of the list.
+    let filter = RwSignal::new(ListFilter::All);
+    let page = RwSignal::new(0usize);
     let overview = Resource::new(
-        move || tick.get(),
-        |_| async { get_overview().await.and_then(|a| a) },
+        move || (tick.get(), filter.get(), page.get()),
+        |(_, filter, page)| async move { get_overview(filter, page).await.and_then(|a| a) },
     );
+    // Another filter starts at its first page.
+    Effect::new(move |previous: Option<ListFilter>| {
+        let now = filter.get();
+        if previous.is_some_and(|p| p != now) {
+            page.set(0);
+        }
+        now
+    });
 
     // Effects run in the browser only: the server renders once, the hydrated
     // page keeps itself current.
@@ -28,8 +39,6 @@ pub fn Overview() -> impl IntoView {
         }
     });
 
-    // State that must outlive each refresh of the list.
-    let filter = RwSignal::new(ListFilter::All);
     let confirming = RwSignal::new(None::<u32>);
     let busy = RwSignal::new(None::<u32>);
     let outcome = RwSignal::new(None::<Outcome>);
@@ -41,6 +50,23 @@ pub fn Overview() -> impl IntoView {
     let data = move || overview.get().and_then(Result::ok);
     let nodes = Signal::derive(move || data().map(|d| d.list.cluster).unwrap_or_default());
     let vms = Signal::derive(move || data().map(|d| d.list.list).unwrap_or_default());
+    let total = Signal::derive(move || data().map_or(0, |d| d.list.count));
+    let pager = move || {
+        data().filter(|d| d.pages > 1).map(|d| {
+            let (shown, pages) = (d.page, d.pages);
+            view! {
+                <nav class="pager" aria-label="pages of VMs">
+                    <button type="button" disabled=shown == 0 on:click=move |_| page.set(shown.saturating_sub(1))>
+                        "Previous"
+                    </button>
+                    <span>{format!("page {} of {pages}", shown + 1)}</span>
+                    <button type="button" disabled=shown + 1 >= pages on:click=move |_| page.set(shown + 1)>
+                        "Next"
+                    </button>
+                </nav>
+            }
+        })
+    };
     let freshness = move || {
         data().map(|d| {
             let class = if d.stale {
@@ -73,7 +99,8 @@ pub fn Overview() -> impl IntoView {
                     <NodeCard node/>
                 </For>
             </section>
-            <VmTable vms filter confirming busy on_outcome/>
+            <VmTable vms total filter confirming busy on_outcome/>
+            {pager}
         </Transition>
     }
 }

@@ -1,0 +1,566 @@
+//! `cargo xtask bench`: the figures of pvedeck's speed and memory, measured
+//! on the release server and the simulated cluster (made as slow as a real
+//! node where it matters: `SIM_PVESH_MS=300`, each `qm`/`pvesh`/`pvesm` a
+//! Perl start-up). Not part of the test command; the README's table quotes
+//! what it prints.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::e2e::{Server, start_server};
+use crate::run::{Failed, output, step};
+
+/// Each simulated Proxmox command costs this much, as on a real node.
+const PVESH_MS: &str = "300";
+
+/// One figure of the report.
+struct Figure {
+    what: String,
+    value: String,
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> Failed + '_ {
+    move |e| Failed(format!("{what}: {e}"))
+}
+
+pub fn run(root: &Path) -> Result<(), Failed> {
+    if output(Command::new("wrk").arg("--version")).is_none() && !Path::new("/usr/bin/wrk").exists()
+    {
+        crate::setup::apt_install(&["wrk"])?;
+    }
+    let out = root.join("target/bench");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).map_err(io("target/bench"))?;
+
+    let mut figures = Vec::new();
+    step("list under load, simulated cluster in-process", || {
+        list_load(root, &out.join("list-sim"), false, &mut figures)
+    })?;
+    step(
+        "list under load, through the cli face (qm/pvesh stand-ins)",
+        || list_load(root, &out.join("list-cli"), true, &mut figures),
+    )?;
+    step("one install at SIM_SPEED=1", || {
+        install_overhead(root, &out.join("install"), &mut figures)
+    })?;
+    step("50 concurrent installs", || {
+        concurrent_installs(root, &out.join("concurrent"), &mut figures)
+    })?;
+    step("memory: idle, and 1,000 followers of one job", || {
+        followers(root, &out.join("followers"), &mut figures)
+    })?;
+    step("5,000 VMs on 32 nodes", || {
+        large_cluster(root, &out.join("large"), &mut figures)
+    })?;
+    step("the browser bundle", || bundle(root, &mut figures))?;
+
+    println!("\n| figure | measured |\n|---|---|");
+    for f in &figures {
+        println!("| {} | {} |", f.what, f.value);
+    }
+    Ok(())
+}
+
+fn figure(figures: &mut Vec<Figure>, what: impl Into<String>, value: impl Into<String>) {
+    let (what, value) = (what.into(), value.into());
+    println!("    {what}: {value}");
+    figures.push(Figure { what, value });
+}
+
+// --- servers ---------------------------------------------------------------
+
+fn start(root: &Path, dir: &Path, env: &[(&str, &str)]) -> Result<(Server, String), Failed> {
+    std::fs::create_dir_all(dir).map_err(io("bench dir"))?;
+    let (server, url) = start_server(root, dir, env)?;
+    let addr = url.trim_start_matches("http://").to_string();
+    Ok((server, addr))
+}
+
+/// The environment of a `cli` server whose `qm`, `pvesh`, `pvesm`, `ssh`
+/// are the simulator's stand-ins, on loopback addresses.
+fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(io("stand-ins"))?;
+    for tool in ["qm", "pvesh", "pvesm", "ssh"] {
+        let link = bin.join(tool);
+        if !link.exists() {
+            std::os::unix::fs::symlink(root.join("target/release/pvedeck"), &link)
+                .map_err(io("stand-in link"))?;
+        }
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // A loopback port where nothing listens: the VMID probe's.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(io("free port"))?
+        .port();
+    let data = |sub: &str| dir.join(sub).display().to_string();
+    Ok([
+        ("PATH", path),
+        ("PVE_BACKEND", "cli".into()),
+        ("GATEWAY", "127.0.0.1".into()),
+        ("MAIN_NODE", "pve1".into()),
+        ("NODE_pve1", "127.0.0.1".into()),
+        ("ASSIGN_STORAGE", "local-zfs".into()),
+        ("ASSIGN_IP_START", "101".into()),
+        ("SSH_PORT", closed.to_string()),
+        ("SSH_KEY_DIR", data("ssh")),
+        ("IMAGE_CACHE_DIR", data("images")),
+        ("SIM_PVESH_MS", PVESH_MS.into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect())
+}
+
+fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The commands the simulated cluster ran, in order.
+fn commands(addr: &str, dir: &Path, cli: bool) -> Result<Vec<String>, Failed> {
+    if cli {
+        return Ok(std::fs::read_to_string(dir.join("data/sim/commands.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect());
+    }
+    let body = get(addr, "/api/sim/commands")?.body;
+    // A JSON array of strings: split on the quotes (commands hold none).
+    Ok(body
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect())
+}
+
+fn count(commands: &[String], prefixes: &[&str]) -> usize {
+    commands
+        .iter()
+        .filter(|c| prefixes.iter().any(|p| c.starts_with(p)))
+        .count()
+}
+
+fn rss_kib(server: &Server) -> Result<u64, Failed> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.0.id()))
+        .map_err(io("/proc/<pid>/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Failed("no VmRSS".into()))
+}
+
+// --- HTTP ------------------------------------------------------------------
+
+struct Response {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// HTTP/1.0: the server closes the connection after the answer, streams
+/// included, so the body is what comes until then.
+fn request(addr: &str, method: &str, path: &str, body: &str) -> Result<Response, Failed> {
+    let mut stream = TcpStream::connect(addr).map_err(io("connect"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(600)))
+        .map_err(io("timeout"))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(io("send"))?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(io("receive"))?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok(Response {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
+}
+
+fn get(addr: &str, path: &str) -> Result<Response, Failed> {
+    request(addr, "GET", path, "")
+}
+
+/// A JSON string field of an event line, unescaped well enough for step
+/// names and messages.
+fn field(line: &str, name: &str) -> Option<String> {
+    let start = line.find(&format!("\"{name}\":\""))? + name.len() + 4;
+    let mut out = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => out.push(chars.next()?),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// An install's events: `(step, message)` of every `data:` line.
+fn install(addr: &str) -> Result<(Duration, Vec<(String, String)>), Failed> {
+    let started = Instant::now();
+    let res = request(
+        addr,
+        "POST",
+        "/api/vm/install",
+        r#"{"os":"debian","version":"12"}"#,
+    )?;
+    let wall = started.elapsed();
+    if res.status != 200 {
+        return Err(Failed(format!(
+            "install answered {}: {}",
+            res.status, res.body
+        )));
+    }
+    let events = res
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| Some((field(l, "step")?, field(l, "message")?)))
+        .collect::<Vec<_>>();
+    if let Some((step, message)) = events.iter().find(|(_, m)| m.starts_with("[-]")) {
+        return Err(Failed(format!("the install failed at {step}: {message}")));
+    }
+    Ok((wall, events))
+}
+
+// --- wrk -------------------------------------------------------------------
+
+struct Load {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn to_ms(value: &str) -> Option<f64> {
+    let (number, unit) = value.split_at(value.find(|c: char| c.is_alphabetic())?);
+    let n: f64 = number.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => return None,
+    })
+}
+
+fn wrk(addr: &str, path: &str, clients: u32, secs: u32) -> Result<Load, Failed> {
+    let out = Command::new("wrk")
+        .args([
+            "-t2",
+            &format!("-c{clients}"),
+            &format!("-d{secs}s"),
+            "--latency",
+            &format!("http://{addr}{path}"),
+        ])
+        .output()
+        .map_err(io("wrk"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let find = |key: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .map(str::to_string)
+    };
+    let bad = || Failed(format!("cannot read wrk's output:\n{text}"));
+    let rps = find("Requests/sec:")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(bad)?;
+    let p50_ms = find("50%").and_then(|v| to_ms(&v)).ok_or_else(bad)?;
+    let p99_ms = find("99%").and_then(|v| to_ms(&v)).ok_or_else(bad)?;
+    if text.contains("Non-2xx") {
+        return Err(Failed(format!("errors under load:\n{text}")));
+    }
+    Ok(Load {
+        rps,
+        p50_ms,
+        p99_ms,
+    })
+}
+
+// --- the figures -----------------------------------------------------------
+
+fn list_load(root: &Path, dir: &Path, cli: bool, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = if cli {
+        cli_env(root, dir)?
+    } else {
+        vec![
+            ("PVE_BACKEND".to_string(), "sim".to_string()),
+            ("SIM_PVESH_MS".to_string(), PVESH_MS.to_string()),
+        ]
+    };
+    let (_server, addr) = start(root, dir, &pairs(&env))?;
+    let face = if cli { "cli face" } else { "in-process" };
+    get(&addr, "/api/vm/list")?;
+    for clients in [8, 64] {
+        let before = count(&commands(&addr, dir, cli)?, &["pvesh"]);
+        let secs = 10;
+        let load = wrk(&addr, "/api/vm/list", clients, secs)?;
+        let pvesh = count(&commands(&addr, dir, cli)?, &["pvesh"]) - before;
+        figure(
+            figures,
+            format!("`/api/vm/list`, {clients} clients, 300 ms pvesh, {face}"),
+            format!(
+                "{:.0} req/s, p50 {:.2} ms, p99 {:.2} ms; {} pvesh in {secs} s ({} per minute)",
+                load.rps,
+                load.p50_ms,
+                load.p99_ms,
+                pvesh,
+                pvesh * 60 / secs as usize
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Steps' own elapsed times, from their `(1.23s)` endings.
+fn breakdown(events: &[(String, String)]) -> Vec<(String, f64)> {
+    let mut steps: Vec<(String, f64)> = Vec::new();
+    for (step, message) in events {
+        let secs = message
+            .strip_suffix("s)")
+            .and_then(|m| m.rsplit_once(" ("))
+            .and_then(|(_, n)| n.parse::<f64>().ok());
+        if let (Some(secs), true) = (secs, message.starts_with("[+]")) {
+            match steps.iter_mut().find(|(s, _)| s == step) {
+                Some(entry) => entry.1 = secs,
+                None => steps.push((step.clone(), secs)),
+            }
+        }
+    }
+    steps
+}
+
+fn install_overhead(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    // The image is fetched once, fast; the install measured uses the cache,
+    // as every install but a site's first does.
+    {
+        let (_warm, addr) = start(root, dir, &[("PVE_BACKEND", "sim"), ("SIM_SPEED", "100")])?;
+        install(&addr)?;
+    }
+    let env = [
+        ("PVE_BACKEND", "sim"),
+        ("SIM_SPEED", "1"),
+        ("SIM_PVESH_MS", PVESH_MS),
+    ];
+    // Nobody reads the list meanwhile: the snapshot's refresher sleeps.
+    let (_server, addr) = start(root, dir, &env)?;
+    let (wall, events) = install(&addr)?;
+    let ran = commands(&addr, dir, false)?;
+    let calls = count(&ran, &["qm ", "pvesh ", "pvesm "]);
+    // A new process reads the snapshot (VMs, nodes, storages) and the
+    // nodes' CPU flags once; the install's own VM read is the fresh one.
+    let snapshot_vms = count(&ran, &["pvesh get /cluster/resources --type vm"]).saturating_sub(1);
+    let once = snapshot_vms
+        + count(
+            &ran,
+            &[
+                "pvesh get /cluster/resources --type node",
+                "pvesm status",
+                "pvesh get /nodes/",
+            ],
+        );
+    let world_ms: u64 = output(
+        Command::new(root.join("target/release/pvedeck"))
+            .args(["sim", "world"])
+            .env("DATA_DIR", dir.join("data")),
+    )
+    .and_then(|o| o.trim().parse().ok())
+    .ok_or_else(|| Failed("pvedeck sim world".into()))?;
+    let world = world_ms as f64 / 1000.0;
+    // The first reads of a process run at once, beside the VMID probe.
+    let path = calls - once.min(calls);
+    let perl = path as f64 * 0.3;
+    figure(
+        figures,
+        "one install (cached image), SIM_SPEED=1, 300 ms per Proxmox call",
+        format!(
+            "{:.2} s wall; simulated world {world:.2} s (import, boots, script, Proxmox's tasks); \
+             {path} Proxmox calls on the install's path ({perl:.1} s of start-ups) + {once} \
+             reads once per process; overhead {:.2} s",
+            wall.as_secs_f64(),
+            wall.as_secs_f64() - world - perl
+        ),
+    );
+    let steps: Vec<String> = breakdown(&events)
+        .into_iter()
+        .map(|(s, t)| format!("{} {t:.2}", s.rsplit(" > ").next().unwrap_or(&s)))
+        .collect();
+    figure(figures, "its steps (s)", steps.join(" · "));
+    Ok(())
+}
+
+fn concurrent_installs(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = [("PVE_BACKEND", "sim"), ("SIM_SPEED", "20")];
+    let (_server, addr) = start(root, dir, &env)?;
+    // The first install fetches the image; the ones measured use it.
+    install(&addr)?;
+    let (one, _) = install(&addr)?;
+    let started = Instant::now();
+    let runs: Vec<_> = (0..50)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || install(&addr))
+        })
+        .collect();
+    let mut vmids = Vec::new();
+    for run in runs {
+        let (_, events) = run
+            .join()
+            .map_err(|_| Failed("an install thread panicked".into()))??;
+        vmids.extend(
+            events
+                .iter()
+                .find_map(|(_, m)| m.strip_prefix("[*] VMID: ").map(str::to_string)),
+        );
+    }
+    let all = started.elapsed();
+    vmids.sort();
+    vmids.dedup();
+    figure(
+        figures,
+        "50 concurrent installs vs one, SIM_SPEED=20",
+        format!(
+            "{:.2} s vs {:.2} s ({:.2}×); {} distinct VMIDs",
+            all.as_secs_f64(),
+            one.as_secs_f64(),
+            all.as_secs_f64() / one.as_secs_f64(),
+            vmids.len()
+        ),
+    );
+    Ok(())
+}
+
+fn followers(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = [("PVE_BACKEND", "sim"), ("SIM_SPEED", "1")];
+    let (server, addr) = start(root, dir, &env)?;
+    get(&addr, "/api/vm/list")?;
+    let idle = rss_kib(&server)?;
+    // A long install to follow: its stream is read only up to the job id.
+    let mut stream = TcpStream::connect(&addr).map_err(io("connect"))?;
+    let body = r#"{"os":"debian","version":"12"}"#;
+    write!(
+        stream,
+        "POST /api/vm/install HTTP/1.0\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(io("send"))?;
+    let mut head = [0u8; 512];
+    let n = stream.read(&mut head).map_err(io("receive"))?;
+    let head = String::from_utf8_lossy(&head[..n]);
+    let job = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("x-job-id: ")
+                .map(str::to_string)
+        })
+        .ok_or_else(|| Failed(format!("no job id in {head}")))?;
+    let mut follows = Vec::new();
+    for _ in 0..1000 {
+        let mut s = TcpStream::connect(&addr).map_err(io("connect"))?;
+        write!(s, "GET /api/jobs/{job}/events HTTP/1.0\r\n\r\n").map_err(io("send"))?;
+        follows.push(s);
+    }
+    // Each follower has its answer (the stream is open) before measuring.
+    for s in &mut follows {
+        let mut first = [0u8; 64];
+        s.read(&mut first).map_err(io("follow"))?;
+    }
+    let with = rss_kib(&server)?;
+    figure(
+        figures,
+        "RSS idle; with 1,000 SSE followers of one job",
+        format!(
+            "{:.1} MB; {:.1} MB (+{:.1} MB)",
+            idle as f64 / 1024.0,
+            with as f64 / 1024.0,
+            (with.saturating_sub(idle)) as f64 / 1024.0
+        ),
+    );
+    Ok(())
+}
+
+fn large_cluster(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = [
+        ("PVE_BACKEND", "sim"),
+        ("SIM_NODES", "32"),
+        ("SIM_VMS", "5000"),
+        ("SIM_PVESH_MS", PVESH_MS),
+    ];
+    let (_server, addr) = start(root, dir, &env)?;
+    let res = get(&addr, "/api/vm/list")?;
+    if res.status != 200 || !res.body.contains("\"count\":5000") {
+        return Err(Failed(format!("the large list: {}", res.head)));
+    }
+    let load = wrk(&addr, "/api/vm/list", 8, 10)?;
+    let mut ssr: Vec<f64> = (0..20)
+        .map(|_| {
+            let started = Instant::now();
+            get(&addr, "/").map(|_| started.elapsed().as_secs_f64() * 1000.0)
+        })
+        .collect::<Result<_, _>>()?;
+    ssr.sort_by(f64::total_cmp);
+    figure(
+        figures,
+        "5,000 VMs on 32 nodes: `/api/vm/list` at 8 clients; SSR of `/`",
+        format!(
+            "{:.0} req/s, p50 {:.2} ms, p99 {:.2} ms; SSR median {:.1} ms, worst {:.1} ms",
+            load.rps,
+            load.p50_ms,
+            load.p99_ms,
+            ssr[ssr.len() / 2],
+            ssr[ssr.len() - 1]
+        ),
+    );
+    Ok(())
+}
+
+fn bundle(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let pkg: PathBuf = root.join("target/site/pkg");
+    let mut total = (0u64, 0u64);
+    for name in ["pvedeck_bg.wasm", "pvedeck.js", "pvedeck.css"] {
+        let raw = std::fs::read(pkg.join(name)).map_err(io("target/site/pkg"))?;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&raw).map_err(io("gzip"))?;
+        let gzip = gz.finish().map_err(io("gzip"))?;
+        total.0 += raw.len() as u64;
+        total.1 += gzip.len() as u64;
+        figure(
+            figures,
+            format!("bundle: {name}"),
+            format!("{} bytes, {} gzip", raw.len(), gzip.len()),
+        );
+    }
+    figure(
+        figures,
+        "bundle: all",
+        format!("{} bytes, {} gzip", total.0, total.1),
+    );
+    Ok(())
+}
