@@ -558,22 +558,8 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
         step.processing("[*] starting VM");
-        self.proxmox
-            .power(&plan.node, vmid, PowerAction::Start)
-            .await
-            .map_err(failed(&step, "failed to start VM", Cleanup::Keep))?;
-        step.processing(format!(
-            "[*] VM started {}",
-            elapsed(step.started().elapsed())
-        ));
-        self.wait_for_ssh(&step, &target, Boot::Start)
-            .await
-            .map_err(failed(
-                &step,
-                "failed to connect to VM via SSH",
-                Cleanup::Keep,
-            ))?;
-        step.success("[+] VM is ready");
+        self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Start)
+            .await?;
 
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
         step.processing("[*] SSH initialization");
@@ -600,18 +586,40 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "rebooting VM");
         step.processing("[*] rebooting VM");
+        self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
+            .await
+    }
+
+    /// `qm start` or `qm reboot`, then the wait for SSH: a failure of either
+    /// keeps the VM (SPEC §3.5), with the seed's message for each.
+    async fn power_until_ready(
+        &self,
+        step: &Step<'_>,
+        node: &str,
+        vmid: u32,
+        target: &GuestTarget,
+        boot: Boot,
+    ) -> Result<(), Failure> {
+        let (action, refused) = match boot {
+            Boot::Start => (PowerAction::Start, "failed to start VM"),
+            Boot::Reboot => (PowerAction::Reboot, "failed to reboot VM"),
+        };
         self.proxmox
-            .power(&plan.node, vmid, PowerAction::Reboot)
+            .power(node, vmid, action)
             .await
-            .map_err(failed(&step, "failed to reboot VM", Cleanup::Keep))?;
-        step.processing("[+] VM rebooting");
-        self.wait_for_ssh(&step, &target, Boot::Reboot)
-            .await
-            .map_err(failed(
-                &step,
-                "failed to connect to VM via SSH",
-                Cleanup::Keep,
-            ))?;
+            .map_err(failed(step, refused, Cleanup::Keep))?;
+        match boot {
+            Boot::Start => step.processing(format!(
+                "[*] VM started {}",
+                elapsed(step.started().elapsed())
+            )),
+            Boot::Reboot => step.processing("[+] VM rebooting"),
+        }
+        self.wait_for_ssh(step, target, boot).await.map_err(failed(
+            step,
+            "failed to connect to VM via SSH",
+            Cleanup::Keep,
+        ))?;
         step.success("[+] VM is ready");
         Ok(())
     }

@@ -176,12 +176,17 @@ mod tests {
     use crate::jobs::Jobs;
     use app::types::JobKind;
 
+    /// A job in a database of its own; the directory lives as long as the test.
+    fn install_job() -> (tempfile::TempDir, std::sync::Arc<Jobs>, JobHandle) {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = Jobs::open(&dir.path().join("jobs.db")).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        (dir, jobs, job)
+    }
+
     #[tokio::test]
     async fn stages_working_at_once_report_in_turn() {
-        let dir = std::env::temp_dir().join(format!("pvedeck-turns-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let jobs = Jobs::open(&dir.join("jobs.db")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        let (_dir, jobs, job) = install_job();
         let turns = Turns::new(&job, 3);
         let step = |turn, name| Step::new(Out::Turn(&turns, turn), Some("s"), name);
         step(2, "third").processing("[*] 3a");
@@ -207,10 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stage_that_does_not_finish_holds_back_the_later_ones() {
-        let dir = std::env::temp_dir().join(format!("pvedeck-turns2-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let jobs = Jobs::open(&dir.join("jobs.db")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        let (_dir, jobs, job) = install_job();
         let turns = Turns::new(&job, 3);
         Step::new(Out::Turn(&turns, 2), None, "later").processing("[*] never told");
         turns.finish(2);
