@@ -10,6 +10,7 @@ pub mod format;
 mod live;
 pub mod os;
 mod pages;
+mod refresh;
 pub mod request;
 pub mod rules;
 pub mod secret;
@@ -34,6 +35,18 @@ use pages::{not_found::NotFound, overview::Overview};
 /// `pvedeck.css`).
 pub const OUTPUT_NAME: &str = "pvedeck";
 
+/// Sets `data-hydrated="true"` on `<main>` once the browser has hydrated
+/// the page's islands (they come before it, and the browser hydrates in
+/// document order): tests and styles can tell a live page from
+/// server-rendered HTML.
+#[island]
+fn Hydrated() -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    if let Ok(Some(main)) = document().query_selector("main") {
+        let _ = main.set_attribute("data-hydrated", "true");
+    }
+}
+
 /// The HTML document around the app, rendered on the server only.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     view! {
@@ -44,7 +57,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
                 <AutoReload options=options.clone()/>
-                <HydrationScripts options/>
+                <HydrationScripts options islands=true/>
                 <MetaTags/>
             </head>
             <body>
@@ -57,10 +70,6 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    // Set once the WASM has taken over the page: tests and styles can tell a
-    // live page from server-rendered HTML.
-    let (hydrated, set_hydrated) = signal(false);
-    Effect::new(move |_| set_hydrated.set(true));
 
     view! {
         <Stylesheet id="leptos" href=format!("/pkg/{OUTPUT_NAME}.css")/>
@@ -74,7 +83,7 @@ pub fn App() -> impl IntoView {
                     <A href="/jobs">"Jobs"</A>
                 </nav>
             </header>
-            <main data-hydrated=move || hydrated.get().to_string()>
+            <main data-hydrated="false">
                 <Routes fallback=NotFound>
                     <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
                     <Route path=path!("/new") view=NewVm ssr=SsrMode::Async/>
@@ -83,6 +92,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/jobs/:id") view=JobPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=Login ssr=SsrMode::Async/>
                 </Routes>
+                <Hydrated/>
             </main>
         </Router>
     }

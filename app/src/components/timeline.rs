@@ -1,10 +1,10 @@
 use leptos::either::Either;
 use leptos::prelude::*;
-use leptos_router::components::A;
 
 use crate::api::get_job;
+use crate::refresh::Latest;
 use crate::timeline::{StageView, StepView, failure, group, summary};
-use crate::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, VmOutcome};
+use crate::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, UiError, VmOutcome};
 
 fn status_word(status: StepStatus) -> &'static str {
     match status {
@@ -151,7 +151,7 @@ pub fn JobResult(detail: JobDetail) -> impl IntoView {
                                 {s.user.clone().map(|u| view! { <dt>"User"</dt><dd>{u}</dd> })}
                             </dl>
                             {login.map(|cmd| view! { <CopyLine text=cmd/> })}
-                            <p><A href=format!("/vm/{}", s.vmid)>"Open the VM's page"</A></p>
+                            <p><a href=format!("/vm/{}", s.vmid)>"Open the VM's page"</a></p>
                         }
                     })}
                 </div>
@@ -202,49 +202,74 @@ pub fn CopyLine(text: String) -> impl IntoView {
     }
 }
 
-/// A job: its timeline (live while it runs) and, once it has ended, its result.
+/// A job, read on the server: its timeline and, once it has ended, its
+/// result; the `LiveJob` island follows it while it runs.
 #[component]
-pub fn JobView(
+pub fn JobView(id: u64) -> impl IntoView {
+    view! {
+        <Suspense fallback=|| view! { <p class="loading">"Reading the job…"</p> }>
+            {Suspend::new(async move {
+                let initial = get_job(id).await.and_then(|a| a);
+                view! { <LiveJob id initial/> }
+            })}
+        </Suspense>
+    }
+}
+
+#[island]
+fn LiveJob(id: u64, initial: Result<JobDetail, UiError>) -> impl IntoView {
+    view! { <JobPanel id initial=Some(initial)/> }
+}
+
+/// A job: its timeline (live while it runs) and, once it has ended, its
+/// result. Without `initial` (a job an island started) it reads the job
+/// first.
+#[component]
+pub fn JobPanel(
     id: u64,
+    initial: Option<Result<JobDetail, UiError>>,
     /// Runs when a job followed live ends.
     #[prop(optional)]
     on_done: Option<Callback<()>>,
 ) -> impl IntoView {
+    let unread = initial.is_none();
+    let detail = RwSignal::new(initial);
+    let latest = Latest::default();
     // Read again when the live stream says the job ended: the result needs
     // the job's final record.
-    let (version, set_version) = signal(0u32);
-    let detail = Resource::new(
-        move || version.get(),
-        move |_| async move { get_job(id).await.and_then(|a| a) },
-    );
+    let read = move || {
+        latest.load(
+            async move { get_job(id).await.and_then(|a| a) },
+            move |answer| detail.set(Some(answer)),
+        );
+    };
+    if unread {
+        read();
+    }
     let on_close = Callback::new(move |()| {
-        set_version.update(|v| *v += 1);
+        read();
         if let Some(done) = on_done {
             done.run(());
         }
     });
-    view! {
-        <Transition fallback=|| view! { <p class="loading">"Reading the job…"</p> }>
-            {move || Suspend::new(async move {
-                match detail.await {
-                    Ok(d) => {
-                        let running = d.job.state == JobState::Running;
-                        let state = format!("{:?}", d.job.state).to_lowercase();
-                        let (job_id, kind, title) = (d.job.id, d.job.kind, d.job.title.clone());
-                        let initial = d.events.clone();
-                        Either::Left(view! {
-                            <div class="job" data-job=job_id data-state=state>
-                                <header class="job-head">
-                                    <h2>{format!("Job #{job_id} — {title}")}</h2>
-                                </header>
-                                <Timeline id=job_id kind initial running on_close/>
-                                <JobResult detail=d/>
-                            </div>
-                        })
-                    }
-                    Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
-                }
-            })}
-        </Transition>
+    move || {
+        detail.get().map(|answer| match answer {
+            Ok(d) => {
+                let running = d.job.state == JobState::Running;
+                let state = format!("{:?}", d.job.state).to_lowercase();
+                let (job_id, kind, title) = (d.job.id, d.job.kind, d.job.title.clone());
+                let initial = d.events.clone();
+                Either::Left(view! {
+                    <div class="job" data-job=job_id data-state=state>
+                        <header class="job-head">
+                            <h2>{format!("Job #{job_id} — {title}")}</h2>
+                        </header>
+                        <Timeline id=job_id kind initial running on_close/>
+                        <JobResult detail=d/>
+                    </div>
+                })
+            }
+            Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
+        })
     }
 }

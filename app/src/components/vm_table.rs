@@ -1,5 +1,4 @@
 use leptos::prelude::*;
-use leptos_router::components::A;
 
 use crate::components::vm_actions::{Outcome, VmActions};
 use crate::format::num;
@@ -82,7 +81,7 @@ pub fn VmTable(
                                     {if vm.reserved {
                                         vm.vmid.to_string().into_any()
                                     } else {
-                                        view! { <A href=format!("/vm/{}", vm.vmid)>{vm.vmid}</A> }.into_any()
+                                        view! { <a href=format!("/vm/{}", vm.vmid)>{vm.vmid}</a> }.into_any()
                                     }}
                                 </td>
                                 <td>{vm.name.clone()}</td>

@@ -7,7 +7,8 @@ use leptos_router::hooks::use_params_map;
 use crate::api::get_jobs;
 use crate::components::timeline::JobView;
 use crate::format::{duration, utc};
-use crate::types::{Job, JobState};
+use crate::refresh::Latest;
+use crate::types::{Job, JobState, UiError};
 
 fn state_word(state: JobState) -> &'static str {
     match state {
@@ -21,52 +22,63 @@ fn state_word(state: JobState) -> &'static str {
 /// `/jobs`: every job, newest first.
 #[component]
 pub fn Jobs() -> impl IntoView {
-    let (tick, set_tick) = signal(0u64);
-    let jobs = Resource::new(
-        move || tick.get(),
-        |_| async { get_jobs().await.and_then(|a| a) },
-    );
+    view! {
+        <h1>"Jobs"</h1>
+        <Suspense fallback=|| view! { <p class="loading">"Reading the job history…"</p> }>
+            {Suspend::new(async move {
+                let initial = get_jobs().await.and_then(|a| a);
+                view! { <LiveJobs initial/> }
+            })}
+        </Suspense>
+    }
+}
+
+/// The table, read again every few seconds in the browser.
+#[island]
+fn LiveJobs(initial: Result<Vec<Job>, UiError>) -> impl IntoView {
+    let jobs = RwSignal::new(initial);
+    let latest = Latest::default();
     Effect::new(move |_| {
-        if let Ok(handle) =
-            set_interval_with_handle(move || set_tick.update(|t| *t += 1), Duration::from_secs(3))
-        {
+        let read = move || {
+            latest.load(async { get_jobs().await.and_then(|a| a) }, move |answer| {
+                jobs.set(answer)
+            })
+        };
+        if let Ok(handle) = set_interval_with_handle(read, Duration::from_secs(3)) {
             on_cleanup(move || handle.clear());
         }
     });
-    let rows = move || jobs.get().and_then(Result::ok).unwrap_or_default();
+    let rows = move || jobs.get().unwrap_or_default();
     view! {
-        <h1>"Jobs"</h1>
-        <Transition fallback=|| view! { <p class="loading">"Reading the job history…"</p> }>
-            {move || jobs.get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
-            <div class="table-wrap">
-                <table class="jobs-table">
-                    <thead>
-                        <tr>
-                            <th scope="col">"Job"</th>
-                            <th scope="col">"Kind"</th>
-                            <th scope="col">"VM"</th>
-                            <th scope="col">"State"</th>
-                            <th scope="col">"Started (UTC)"</th>
-                            <th scope="col" class="num">"Duration"</th>
-                            <th scope="col">"What"</th>
+        {move || jobs.get().err().map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
+        <div class="table-wrap">
+            <table class="jobs-table">
+                <thead>
+                    <tr>
+                        <th scope="col">"Job"</th>
+                        <th scope="col">"Kind"</th>
+                        <th scope="col">"VM"</th>
+                        <th scope="col">"State"</th>
+                        <th scope="col">"Started (UTC)"</th>
+                        <th scope="col" class="num">"Duration"</th>
+                        <th scope="col">"What"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <For each=rows key=|job: &Job| format!("{job:?}") let:job>
+                        <tr data-job=job.id>
+                            <td><a href=format!("/jobs/{}", job.id)>{format!("#{}", job.id)}</a></td>
+                            <td>{job.kind.as_str()}</td>
+                            <td>{job.vmid.map(|v| v.to_string()).unwrap_or_default()}</td>
+                            <td><span class=format!("badge job-{}", state_word(job.state))>{state_word(job.state)}</span></td>
+                            <td>{utc(job.created)}</td>
+                            <td class="num">{job.finished.map(|f| duration(f - job.created)).unwrap_or_else(|| "…".to_string())}</td>
+                            <td>{job.title.clone()}</td>
                         </tr>
-                    </thead>
-                    <tbody>
-                        <For each=rows key=|job: &Job| format!("{job:?}") let:job>
-                            <tr data-job=job.id>
-                                <td><A href=format!("/jobs/{}", job.id)>{format!("#{}", job.id)}</A></td>
-                                <td>{job.kind.as_str()}</td>
-                                <td>{job.vmid.map(|v| v.to_string()).unwrap_or_default()}</td>
-                                <td><span class=format!("badge job-{}", state_word(job.state))>{state_word(job.state)}</span></td>
-                                <td>{utc(job.created)}</td>
-                                <td class="num">{job.finished.map(|f| duration(f - job.created)).unwrap_or_else(|| "…".to_string())}</td>
-                                <td>{job.title.clone()}</td>
-                            </tr>
-                        </For>
-                    </tbody>
-                </table>
-            </div>
-        </Transition>
+                    </For>
+                </tbody>
+            </table>
+        </div>
     }
 }
 
@@ -74,10 +86,13 @@ pub fn Jobs() -> impl IntoView {
 #[component]
 pub fn JobPage() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.read().get("id").and_then(|v| v.parse::<u64>().ok());
+    let id = params
+        .read_untracked()
+        .get("id")
+        .and_then(|v| v.parse::<u64>().ok());
     view! {
         <p><A href="/jobs">"← all jobs"</A></p>
-        {move || match id() {
+        {match id {
             Some(id) => view! { <JobView id/> }.into_any(),
             None => view! { <p class="error" role="alert">"not a job id"</p> }.into_any(),
         }}

@@ -5,7 +5,21 @@ use crate::api::{login, needs_login};
 /// `/login`: when `API_TOKENS` is set, a token opens a session for the UI.
 #[component]
 pub fn Login() -> impl IntoView {
-    let needed = Resource::new(|| (), |_| needs_login());
+    view! {
+        <h1>"Log in"</h1>
+        <Suspense fallback=|| ()>
+            {Suspend::new(async move {
+                match needs_login().await {
+                    Ok(false) => view! { <p>"This server needs no login: it has no API_TOKENS."</p> }.into_any(),
+                    _ => view! { <LoginForm/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[island]
+fn LoginForm() -> impl IntoView {
     let token = RwSignal::new(String::new());
     let message = RwSignal::new(None::<(bool, String)>);
     let submit = move |ev: leptos::ev::SubmitEvent| {
@@ -22,23 +36,15 @@ pub fn Login() -> impl IntoView {
         });
     };
     view! {
-        <h1>"Log in"</h1>
-        <Suspense fallback=|| ()>
-            {move || needed.get().map(|n| match n {
-                Ok(false) => view! { <p>"This server needs no login: it has no API_TOKENS."</p> }.into_any(),
-                _ => view! {
-                    <form class="vm-form" on:submit=submit>
-                        <div class="field">
-                            <label for="token">"API token"</label>
-                            <input id="token" type="password" autocomplete="current-password"
-                                prop:value=move || token.get()
-                                on:input=move |ev| token.set(event_target_value(&ev))/>
-                        </div>
-                        <button type="submit" class="primary">"Log in"</button>
-                    </form>
-                }.into_any(),
-            })}
-        </Suspense>
+        <form class="vm-form" on:submit=submit>
+            <div class="field">
+                <label for="token">"API token"</label>
+                <input id="token" type="password" autocomplete="current-password"
+                    prop:value=move || token.get()
+                    on:input=move |ev| token.set(event_target_value(&ev))/>
+            </div>
+            <button type="submit" class="primary">"Log in"</button>
+        </form>
         {move || message.get().map(|(ok, text)| view! {
             <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
         })}

@@ -1,8 +1,7 @@
 use leptos::either::Either;
 use leptos::prelude::*;
-use leptos_router::NavigateOptions;
 use leptos_router::components::A;
-use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::hooks::use_query_map;
 
 use crate::api::{get_catalog, start_install};
 use crate::components::field::Field;
@@ -11,6 +10,17 @@ use crate::components::timeline::JobView;
 use crate::request::{self, Field as Sent, InstallBody, Refusal, Version};
 use crate::rules::{self, Clamp, messages};
 use crate::types::Catalog;
+
+/// The page of job `id`, in place of the form (the server renders it with
+/// the events so far; the back button does not return to a sent form).
+fn show_job(id: u64) {
+    #[cfg(feature = "hydrate")]
+    {
+        let _ = window().location().replace(&format!("/new?job={id}"));
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = id;
+}
 
 /// What the form says of a size as you type, by the install's own rules:
 /// the server's refusal, or the value its validation step will set instead
@@ -50,35 +60,32 @@ fn disk_sent(typed: &str) -> Sent<String> {
 #[component]
 pub fn NewVm() -> impl IntoView {
     let query = use_query_map();
-    let job = move || query.read().get("job").and_then(|j| j.parse::<u64>().ok());
+    let job = query
+        .read_untracked()
+        .get("job")
+        .and_then(|j| j.parse::<u64>().ok());
     view! {
         <h1>"New virtual machine"</h1>
-        {move || match job() {
+        {match job {
             Some(id) => Either::Left(view! {
                 <JobView id/>
                 <p><A href="/new">"Create another VM"</A></p>
             }),
-            None => Either::Right(view! { <NewVmForm/> }),
+            None => Either::Right(view! {
+                <Suspense fallback=|| view! { <p class="loading">"Reading what the cluster offers…"</p> }>
+                    {Suspend::new(async move {
+                        match get_catalog().await.and_then(|a| a) {
+                            Ok(catalog) => Either::Left(view! { <Form catalog/> }),
+                            Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
+                        }
+                    })}
+                </Suspense>
+            }),
         }}
     }
 }
 
-#[component]
-fn NewVmForm() -> impl IntoView {
-    let catalog = Resource::new(|| (), |_| async { get_catalog().await.and_then(|a| a) });
-    view! {
-        <Suspense fallback=|| view! { <p class="loading">"Reading what the cluster offers…"</p> }>
-            {move || Suspend::new(async move {
-                match catalog.await {
-                    Ok(c) => Either::Left(view! { <Form catalog=c/> }),
-                    Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
-                }
-            })}
-        </Suspense>
-    }
-}
-
-#[component]
+#[island]
 fn Form(catalog: Catalog) -> impl IntoView {
     let limits = catalog.limits;
     let oses = StoredValue::new(catalog.oses.clone());
@@ -151,7 +158,6 @@ fn Form(catalog: Catalog) -> impl IntoView {
         .any(|e| e.get().is_some())
     };
 
-    let navigate = use_navigate();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         if invalid() || sending.get() {
@@ -179,16 +185,9 @@ fn Form(catalog: Catalog) -> impl IntoView {
         };
         sending.set(true);
         server_error.set(None);
-        let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
             match start_install(body).await.and_then(|a| a) {
-                Ok(id) => navigate(
-                    &format!("/new?job={id}"),
-                    NavigateOptions {
-                        replace: true,
-                        ..Default::default()
-                    },
-                ),
+                Ok(id) => show_job(id),
                 Err(e) => server_error.set(Some(format!(
                     "The server refused ({}): {}",
                     e.status, e.message

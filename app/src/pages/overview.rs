@@ -6,35 +6,62 @@ use crate::api::get_overview;
 use crate::components::node_card::NodeCard;
 use crate::components::vm_actions::{Outcome, OutcomeNote};
 use crate::components::vm_table::VmTable;
-use crate::types::{ListFilter, NodeSummary, VmSummary};
+use crate::refresh::Latest;
+use crate::types::{ListFilter, NodeSummary, Overview as Data, UiError, VmSummary};
 
 /// How often the overview asks the server again once hydrated.
 const REFRESH: Duration = Duration::from_secs(2);
 
+/// `/`: read on the server, then kept current by the `Live` island.
 #[component]
 pub fn Overview() -> impl IntoView {
-    let (tick, set_tick) = signal(0u64);
+    view! {
+        <h1>"Cluster overview"</h1>
+        <Suspense fallback=|| view! { <p class="loading">"Reading the cluster…"</p> }>
+            {Suspend::new(async move {
+                let initial = get_overview(ListFilter::All, 0).await.and_then(|a| a);
+                view! { <Live initial/> }
+            })}
+        </Suspense>
+    }
+}
+
+/// Everything on the overview that changes: in the browser it asks the
+/// server again every `REFRESH`, after an action, and when the filter or the
+/// page changes.
+#[island]
+fn Live(initial: Result<Data, UiError>) -> impl IntoView {
+    let overview = RwSignal::new(initial);
     // State that must outlive each refresh of the list.
     let filter = RwSignal::new(ListFilter::All);
     let page = RwSignal::new(0usize);
-    let overview = Resource::new(
-        move || (tick.get(), filter.get(), page.get()),
-        |(_, filter, page)| async move { get_overview(filter, page).await.and_then(|a| a) },
-    );
-    // Another filter starts at its first page.
-    Effect::new(move |previous: Option<ListFilter>| {
-        let now = filter.get();
-        if previous.is_some_and(|p| p != now) {
-            page.set(0);
+    let latest = Latest::default();
+    let refresh = move || {
+        let (filter, page) = (filter.get_untracked(), page.get_untracked());
+        latest.load(
+            async move { get_overview(filter, page).await.and_then(|a| a) },
+            move |answer| overview.set(answer),
+        );
+    };
+    // Another filter starts at its first page; either change reads again.
+    Effect::new(move |previous: Option<(ListFilter, usize)>| {
+        let now = (filter.get(), page.get());
+        if let Some(was) = previous
+            && was != now
+        {
+            if was.0 != now.0 && now.1 != 0 {
+                // Runs this effect again, which reads.
+                page.set(0);
+            } else {
+                refresh();
+            }
         }
         now
     });
-
     // Effects run in the browser only: the server renders once, the hydrated
     // page keeps itself current.
     Effect::new(move |_| {
-        if let Ok(handle) = set_interval_with_handle(move || set_tick.update(|t| *t += 1), REFRESH)
-        {
+        if let Ok(handle) = set_interval_with_handle(refresh, REFRESH) {
             on_cleanup(move || handle.clear());
         }
     });
@@ -44,10 +71,10 @@ pub fn Overview() -> impl IntoView {
     let outcome = RwSignal::new(None::<Outcome>);
     let on_outcome = Callback::new(move |o| {
         outcome.set(Some(o));
-        set_tick.update(|t| *t += 1);
+        refresh();
     });
 
-    let data = move || overview.get().and_then(Result::ok);
+    let data = move || overview.get().ok();
     let nodes = Signal::derive(move || data().map(|d| d.list.cluster).unwrap_or_default());
     let vms = Signal::derive(move || data().map(|d| d.list.list).unwrap_or_default());
     let total = Signal::derive(move || data().map_or(0, |d| d.list.count));
@@ -85,23 +112,20 @@ pub fn Overview() -> impl IntoView {
     };
 
     view! {
-        <h1>"Cluster overview"</h1>
         <OutcomeNote outcome/>
-        <Transition fallback=|| view! { <p class="loading">"Reading the cluster…"</p> }>
-            {freshness}
-            {move || {
-                overview.get().and_then(Result::err).map(|e| view! {
-                    <p class="error" role="alert">"Cannot read the cluster: " {e.message}</p>
-                })
-            }}
-            <section class="nodes" aria-label="nodes">
-                <For each=move || nodes.get() key=|n: &NodeSummary| format!("{n:?}") let:node>
-                    <NodeCard node/>
-                </For>
-            </section>
-            <VmTable vms total filter confirming busy on_outcome/>
-            {pager}
-        </Transition>
+        {freshness}
+        {move || {
+            overview.get().err().map(|e| view! {
+                <p class="error" role="alert">"Cannot read the cluster: " {e.message}</p>
+            })
+        }}
+        <section class="nodes" aria-label="nodes">
+            <For each=move || nodes.get() key=|n: &NodeSummary| format!("{n:?}") let:node>
+                <NodeCard node/>
+            </For>
+        </section>
+        <VmTable vms total filter confirming busy on_outcome/>
+        {pager}
     }
 }
 

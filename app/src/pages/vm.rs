@@ -5,9 +5,10 @@ use leptos_router::hooks::use_params_map;
 use crate::api::{get_vm, migrate_vm, resize_vm};
 use crate::components::field::Field;
 use crate::components::options::options;
-use crate::components::timeline::JobView;
+use crate::components::timeline::JobPanel;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
 use crate::format::num;
+use crate::refresh::Latest;
 use crate::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
 use crate::types::{Resize, UiError, VmDetail};
 
@@ -35,20 +36,39 @@ fn disk_change(typed: &str) -> Resize {
 #[component]
 pub fn VmPage() -> impl IntoView {
     let params = use_params_map();
-    let vmid = move || params.read().get("id").and_then(|v| v.parse::<u32>().ok());
-    let (version, set_version) = signal(0u32);
-    let detail = Resource::new(
-        move || (vmid(), version.get()),
-        |(vmid, _)| async move {
-            match vmid {
-                Some(id) => get_vm(id).await.and_then(|a| a),
-                None => Err(UiError {
-                    status: 400,
-                    message: "not a VM id".to_string(),
-                }),
-            }
-        },
-    );
+    let vmid = params
+        .read_untracked()
+        .get("id")
+        .and_then(|v| v.parse::<u32>().ok());
+    view! {
+        <Suspense fallback=|| view! { <p class="loading">"Reading the VM…"</p> }>
+            {Suspend::new(async move {
+                match vmid {
+                    Some(vmid) => {
+                        let initial = get_vm(vmid).await.and_then(|a| a);
+                        Either::Left(view! { <LiveVm vmid initial/> })
+                    }
+                    None => Either::Right(view! {
+                        <h1>"VM"</h1>
+                        <p class="error" role="alert">"not a VM id"</p>
+                    }),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// The VM as the server last read it, read again after each change.
+#[island]
+fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>) -> impl IntoView {
+    let detail = RwSignal::new(initial);
+    let latest = Latest::default();
+    let reload = Callback::new(move |()| {
+        latest.load(
+            async move { get_vm(vmid).await.and_then(|a| a) },
+            move |answer| detail.set(answer),
+        );
+    });
     // Kept here, outside what a reload of the VM re-renders.
     let confirming = RwSignal::new(None::<u32>);
     let busy = RwSignal::new(None::<u32>);
@@ -65,26 +85,21 @@ pub fn VmPage() -> impl IntoView {
             job.set(Some(id));
         }
         outcome.set(Some(o));
-        set_version.update(|v| *v += 1);
+        reload.run(());
     });
-    let reload = Callback::new(move |()| set_version.update(|v| *v += 1));
 
     view! {
-        <Transition fallback=|| view! { <p class="loading">"Reading the VM…"</p> }>
-            {move || Suspend::new(async move {
-                match detail.await {
-                    Ok(d) => Either::Left(view! {
-                        <VmInfo detail=d confirming busy on_outcome inputs/>
-                    }),
-                    Err(e) => Either::Right(view! {
-                        <h1>"VM"</h1>
-                        <p class="error" role="alert">{e.message}</p>
-                    }),
-                }
-            })}
-        </Transition>
+        {move || match detail.get() {
+            Ok(d) => Either::Left(view! {
+                <VmInfo detail=d confirming busy on_outcome inputs/>
+            }),
+            Err(e) => Either::Right(view! {
+                <h1>"VM"</h1>
+                <p class="error" role="alert">{e.message}</p>
+            }),
+        }}
         <OutcomeNote outcome/>
-        {move || job.get().map(|id| view! { <JobView id on_done=reload/> })}
+        {move || job.get().map(|id| view! { <JobPanel id initial=None on_done=reload/> })}
     }
 }
 
