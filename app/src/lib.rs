@@ -6,6 +6,7 @@ pub mod api;
 pub mod backend;
 mod components;
 pub mod format;
+mod keys;
 #[cfg(feature = "hydrate")]
 mod live;
 pub mod os;

@@ -27,13 +27,30 @@ pub struct StageView {
 fn elapsed_of(message: &str) -> Option<String> {
     let inner = message.strip_suffix(')')?.rsplit_once(" (")?.1;
     let number = inner.strip_suffix('s')?;
-    number.parse::<f64>().is_ok().then(|| inner.to_string())
+    decimal(number).map(|_| inner.to_string())
 }
 
 /// `… (30%)`, `… (45.00%)` → the percentage.
 fn progress_of(message: &str) -> Option<f64> {
     let inner = message.strip_suffix("%)")?.rsplit_once('(')?.1;
-    inner.parse().ok()
+    decimal(inner)
+}
+
+/// `45`, `45.5`: digits with at most one point. Not `str::parse::<f64>`,
+/// whose general parser would add kilobytes to the browser bundle.
+fn decimal(text: &str) -> Option<f64> {
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(frac) || whole.len() + frac.len() > 15 {
+        return None;
+    }
+    let whole: u64 = whole.parse().ok()?;
+    let (mut value, mut scale) = (0u64, 1u64);
+    for b in frac.bytes() {
+        value = value * 10 + u64::from(b - b'0');
+        scale *= 10;
+    }
+    Some(whole as f64 + value as f64 / scale as f64)
 }
 
 /// Groups events by stage (`<stage> > <step>`; lifecycle jobs' bare step
@@ -155,6 +172,16 @@ mod tests {
                 vm_id: None,
                 ip: None,
             },
+        }
+    }
+
+    #[test]
+    fn percentages_and_seconds_read_as_plain_decimals() {
+        assert_eq!(decimal("45"), Some(45.0));
+        assert_eq!(decimal("45.50"), Some(45.5));
+        assert_eq!(decimal("0.25"), Some(0.25));
+        for bad in ["", ".5", "4.5.1", "-3", "1e3", "12a", "nan"] {
+            assert_eq!(decimal(bad), None, "{bad}");
         }
     }
 

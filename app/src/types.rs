@@ -119,7 +119,7 @@ pub struct NodeSummary {
 }
 
 /// How an event of a job's timeline went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum StepStatus {
@@ -153,7 +153,7 @@ pub struct JobEvent {
     pub event: StepEvent,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum JobKind {
@@ -161,6 +161,18 @@ pub enum JobKind {
     Start,
     Reboot,
     Migrate,
+}
+
+impl JobState {
+    /// The word the API uses (`running`, `succeeded`…).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Interrupted => "interrupted",
+        }
+    }
 }
 
 impl JobKind {
@@ -174,7 +186,7 @@ impl JobKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum JobState {
@@ -186,7 +198,7 @@ pub enum JobState {
 }
 
 /// What became of the VM when a job failed (SPEC §3.5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub enum VmOutcome {
@@ -198,7 +210,7 @@ pub enum VmOutcome {
     Kept,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: u64,

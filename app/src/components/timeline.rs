@@ -2,8 +2,9 @@ use leptos::either::Either;
 use leptos::prelude::*;
 
 use crate::api::get_job;
+use crate::keys;
 use crate::refresh::Latest;
-use crate::timeline::{StageView, StepView, failure, group, summary};
+use crate::timeline::{StepView, failure, group, summary};
 use crate::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, UiError, VmOutcome};
 
 fn status_word(status: StepStatus) -> &'static str {
@@ -36,7 +37,7 @@ fn Step(step: StepView) -> impl IntoView {
             </div>
             {step.progress.map(|p| view! {
                 <progress class="step-progress" max="100" value=p aria-label=format!("{} progress", step.name)>
-                    {format!("{p:.0}%")}
+                    {format!("{}%", p.round() as i64)}
                 </progress>
             })}
             <ul class="step-messages">
@@ -103,7 +104,7 @@ pub fn Timeline(
     let stages = move || events.with(|e| group(e, kind.as_str()));
     view! {
         <section class="timeline" aria-label="timeline" data-live=move || live.get().to_string()>
-            <For each=stages key=|stage: &StageView| format!("{stage:?}") let:stage>
+            <For each=stages key=keys::stage let:stage>
                 <div class="stage">
                     <h3>{stage.name.clone()}</h3>
                     <ol class="steps">
@@ -256,7 +257,7 @@ pub fn JobPanel(
         detail.get().map(|answer| match answer {
             Ok(d) => {
                 let running = d.job.state == JobState::Running;
-                let state = format!("{:?}", d.job.state).to_lowercase();
+                let state = d.job.state.as_str();
                 let (job_id, kind, title) = (d.job.id, d.job.kind, d.job.title.clone());
                 let initial = d.events.clone();
                 Either::Left(view! {

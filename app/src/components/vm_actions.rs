@@ -53,7 +53,7 @@ pub fn VmActions(
             let enabled = allowed(&vm, action);
             let class = format!(
                 "act act-{}",
-                action.label().to_lowercase().replace(' ', "-")
+                action.label().to_ascii_lowercase().replace(' ', "-")
             );
             view! {
                 <button

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 
 use crate::components::vm_actions::{Outcome, VmActions};
 use crate::format::num;
-use crate::pages::overview::row_key;
+use crate::keys;
 use crate::types::{ListFilter, VmSummary};
 
 fn state_label(vm: &VmSummary) -> String {
@@ -75,7 +75,7 @@ pub fn VmTable(
                         </tr>
                     </thead>
                     <tbody>
-                        <For each=shown key=row_key let:vm>
+                        <For each=shown key=keys::vm let:vm>
                             <tr data-vmid=vm.vmid class=format!("state-{}", vm.status)>
                                 <td>
                                     {if vm.reserved {

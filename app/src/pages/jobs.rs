@@ -7,17 +7,9 @@ use leptos_router::hooks::use_params_map;
 use crate::api::get_jobs;
 use crate::components::timeline::JobView;
 use crate::format::{duration, utc};
+use crate::keys;
 use crate::refresh::Latest;
-use crate::types::{Job, JobState, UiError};
-
-fn state_word(state: JobState) -> &'static str {
-    match state {
-        JobState::Running => "running",
-        JobState::Succeeded => "succeeded",
-        JobState::Failed => "failed",
-        JobState::Interrupted => "interrupted",
-    }
-}
+use crate::types::{Job, UiError};
 
 /// `/jobs`: every job, newest first.
 #[component]
@@ -65,12 +57,12 @@ fn LiveJobs(initial: Result<Vec<Job>, UiError>) -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody>
-                    <For each=rows key=|job: &Job| format!("{job:?}") let:job>
+                    <For each=rows key=keys::job let:job>
                         <tr data-job=job.id>
                             <td><a href=format!("/jobs/{}", job.id)>{format!("#{}", job.id)}</a></td>
                             <td>{job.kind.as_str()}</td>
                             <td>{job.vmid.map(|v| v.to_string()).unwrap_or_default()}</td>
-                            <td><span class=format!("badge job-{}", state_word(job.state))>{state_word(job.state)}</span></td>
+                            <td><span class=format!("badge job-{}", job.state.as_str())>{job.state.as_str()}</span></td>
                             <td>{utc(job.created)}</td>
                             <td class="num">{job.finished.map(|f| duration(f - job.created)).unwrap_or_else(|| "…".to_string())}</td>
                             <td>{job.title.clone()}</td>

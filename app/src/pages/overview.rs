@@ -6,8 +6,9 @@ use crate::api::get_overview;
 use crate::components::node_card::NodeCard;
 use crate::components::vm_actions::{Outcome, OutcomeNote};
 use crate::components::vm_table::VmTable;
+use crate::keys;
 use crate::refresh::Latest;
-use crate::types::{ListFilter, NodeSummary, Overview as Data, UiError, VmSummary};
+use crate::types::{ListFilter, Overview as Data, UiError};
 
 /// How often the overview asks the server again once hydrated.
 const REFRESH: Duration = Duration::from_secs(2);
@@ -120,7 +121,7 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
             })
         }}
         <section class="nodes" aria-label="nodes">
-            <For each=move || nodes.get() key=|n: &NodeSummary| format!("{n:?}") let:node>
+            <For each=move || nodes.get() key=keys::node let:node>
                 <NodeCard node/>
             </For>
         </section>
@@ -135,10 +136,4 @@ fn updated(age_ms: u64) -> String {
         0 => "updated just now".to_string(),
         secs => format!("updated {secs} s ago"),
     }
-}
-
-/// Rows keyed by everything they show: an unchanged row keeps its DOM (and
-/// the keyboard focus) across refreshes.
-pub fn row_key(vm: &VmSummary) -> String {
-    format!("{vm:?}")
 }

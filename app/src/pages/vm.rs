@@ -232,7 +232,7 @@ fn VmInfo(
             </form>
             <form class="inline-form" on:submit=apply("memory", memory_change, inputs.memory, memory_error)>
                 <Field id="new-memory" label="RAM (MB)" kind="number" value=inputs.memory error=memory_error
-                    placeholder=format!("{}", (vm.memory * 1024.0).round()) disabled=!stopped/>
+                    placeholder=((vm.memory * 1024.0).round() as i64).to_string() disabled=!stopped/>
                 <button type="submit" disabled=move || !stopped || busy.get().is_some()>"Set RAM"</button>
             </form>
             <form class="inline-form" on:submit=apply("disk", disk_change, inputs.disk, disk_error)>
