@@ -6,8 +6,8 @@
 //! failed request for a message the page shows. Call `.and_then(|a| a)`.
 
 use leptos::prelude::*;
-use leptos::server_fn::codec::Json;
 
+use crate::codec::Json;
 use crate::request::{InstallBody, SetNode};
 use crate::types::{
     Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
@@ -62,68 +62,68 @@ mod server {
 
 /// The cluster overview: every VM and every node, read from the server's
 /// snapshot of the cluster (no Proxmox call per open page).
-#[server(prefix = "/fn", endpoint = "overview")]
+#[server(prefix = "/fn", endpoint = "overview", output = Json)]
 pub async fn get_overview(filter: ListFilter, page: usize) -> Result<Answer<Overview>, UiError> {
     Ok(server::backend()?.0.list(filter, page).await)
 }
 
 /// The OS table, the limits and the nodes, for the create form.
-#[server(prefix = "/fn", endpoint = "catalog")]
+#[server(prefix = "/fn", endpoint = "catalog", output = Json)]
 pub async fn get_catalog() -> Result<Answer<Catalog>, UiError> {
     Ok(server::backend()?.0.catalog().await)
 }
 
-#[server(prefix = "/fn", endpoint = "vm")]
+#[server(prefix = "/fn", endpoint = "vm", output = Json)]
 pub async fn get_vm(vmid: u32) -> Result<Answer<VmDetail>, UiError> {
     Ok(server::backend()?.0.vm(vmid).await)
 }
 
-#[server(prefix = "/fn", endpoint = "jobs")]
+#[server(prefix = "/fn", endpoint = "jobs", output = Json)]
 pub async fn get_jobs() -> Result<Answer<Vec<Job>>, UiError> {
     Ok(server::backend()?.0.jobs().await)
 }
 
-#[server(prefix = "/fn", endpoint = "job")]
+#[server(prefix = "/fn", endpoint = "job", output = Json)]
 pub async fn get_job(id: u64) -> Result<Answer<JobDetail>, UiError> {
     Ok(server::backend()?.0.job(id).await)
 }
 
 /// Starts an install; returns its job id.
-#[server(prefix = "/fn", endpoint = "install", input = Json)]
+#[server(prefix = "/fn", endpoint = "install", input = Json, output = Json)]
 pub async fn start_install(body: InstallBody) -> Result<Answer<u64>, UiError> {
     let caller = server::caller().await;
     Ok(server::backend()?.0.install(caller, body).await)
 }
 
 /// A power action or destroy; start and reboot return their job id.
-#[server(prefix = "/fn", endpoint = "action", input = Json)]
+#[server(prefix = "/fn", endpoint = "action", input = Json, output = Json)]
 pub async fn act_on_vm(vmid: u32, action: VmAction) -> Result<Answer<Option<u64>>, UiError> {
     let caller = server::caller().await;
     Ok(server::backend()?.0.action(caller, vmid, action).await)
 }
 
 /// `set/cpu`, `set/memory` or `set/disk`, with the same body.
-#[server(prefix = "/fn", endpoint = "resize", input = Json)]
+#[server(prefix = "/fn", endpoint = "resize", input = Json, output = Json)]
 pub async fn resize_vm(vmid: u32, change: Resize) -> Result<Answer<()>, UiError> {
     let caller = server::caller().await;
     Ok(server::backend()?.0.resize(caller, vmid, change).await)
 }
 
 /// Moves a VM to another node; returns the migration's job id.
-#[server(prefix = "/fn", endpoint = "migrate", input = Json)]
+#[server(prefix = "/fn", endpoint = "migrate", input = Json, output = Json)]
 pub async fn migrate_vm(vmid: u32, body: SetNode) -> Result<Answer<u64>, UiError> {
     let caller = server::caller().await;
     Ok(server::backend()?.0.migrate(caller, vmid, body).await)
 }
 
 /// Whether this server wants a login before changes (`API_TOKENS`).
-#[server(prefix = "/fn", endpoint = "needs-login")]
+#[server(prefix = "/fn", endpoint = "needs-login", output = Json)]
 pub async fn needs_login() -> Result<bool, UiError> {
     Ok(server::backend()?.0.needs_login())
 }
 
 /// Checks a token and keeps it in an HttpOnly session cookie.
-#[server(prefix = "/fn", endpoint = "login", input = Json)]
+#[server(prefix = "/fn", endpoint = "login", input = Json, output = Json)]
 pub async fn login(token: String) -> Result<Answer<()>, UiError> {
     if let Err(refused) = server::backend()?.0.check_token(&token) {
         return Ok(Err(refused));

@@ -4,6 +4,7 @@
 pub mod api;
 #[cfg(feature = "ssr")]
 pub mod backend;
+mod codec;
 mod components;
 pub mod format;
 mod keys;

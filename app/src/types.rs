@@ -144,6 +144,7 @@ pub struct StepEvent {
 
 /// A stored event: its place in the job's log and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "JobEventFields")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobEvent {
     pub seq: u64,
@@ -230,11 +231,78 @@ pub struct Job {
 
 /// A job and its whole timeline so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "JobDetailFields")]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct JobDetail {
     #[serde(flatten)]
     pub job: Job,
     pub events: Vec<JobEvent>,
+}
+
+// `JobEvent` and `JobDetail` are read field by field, as their JSON has
+// them, not through `#[serde(flatten)]`: its buffering deserializer would
+// add about 10 KB (gzip) to the browser bundle.
+
+#[derive(Deserialize)]
+struct JobEventFields {
+    seq: u64,
+    at: i64,
+    step: String,
+    status: StepStatus,
+    message: String,
+    #[serde(default)]
+    vm_id: Option<u32>,
+    #[serde(default)]
+    ip: Option<String>,
+}
+
+impl From<JobEventFields> for JobEvent {
+    fn from(f: JobEventFields) -> JobEvent {
+        JobEvent {
+            seq: f.seq,
+            at: f.at,
+            event: StepEvent {
+                step: f.step,
+                status: f.status,
+                message: f.message,
+                vm_id: f.vm_id,
+                ip: f.ip,
+            },
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JobDetailFields {
+    id: u64,
+    kind: JobKind,
+    vmid: Option<u32>,
+    state: JobState,
+    title: String,
+    created: i64,
+    finished: Option<i64>,
+    outcome: Option<VmOutcome>,
+    failed_step: Option<String>,
+    events: Vec<JobEvent>,
+}
+
+impl From<JobDetailFields> for JobDetail {
+    fn from(f: JobDetailFields) -> JobDetail {
+        JobDetail {
+            job: Job {
+                id: f.id,
+                kind: f.kind,
+                vmid: f.vmid,
+                state: f.state,
+                title: f.title,
+                created: f.created,
+                finished: f.finished,
+                outcome: f.outcome,
+                failed_step: f.failed_step,
+            },
+            events: f.events,
+        }
+    }
 }
 
 /// An OS pvedeck installs, with its versions.
@@ -318,12 +386,52 @@ impl std::fmt::Display for UiError {
 impl std::error::Error for UiError {}
 
 impl leptos::server_fn::error::FromServerFnError for UiError {
-    type Encoder = leptos::server_fn::codec::JsonEncoding;
+    type Encoder = crate::codec::JsonText;
 
     fn from_server_fn_error(value: leptos::server_fn::error::ServerFnErrorErr) -> Self {
         UiError {
             status: 500,
             message: value.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_reads_back_what_it_writes() {
+        let detail = JobDetail {
+            job: Job {
+                id: 7,
+                kind: JobKind::Install,
+                vmid: Some(101),
+                state: JobState::Failed,
+                title: "install debian 12".into(),
+                created: 1,
+                finished: Some(2),
+                outcome: Some(VmOutcome::Destroyed),
+                failed_step: Some("VM creation > creating VM".into()),
+            },
+            events: vec![JobEvent {
+                seq: 1,
+                at: 5,
+                event: StepEvent {
+                    step: "preparation > checking VMID".into(),
+                    status: StepStatus::Success,
+                    message: "[+] auto-assigned VMID: 101".into(),
+                    vm_id: Some(101),
+                    ip: None,
+                },
+            }],
+        };
+        let json = serde_json::to_value(&detail).unwrap();
+        // The API's shape: the job's and the event's fields at the top.
+        assert_eq!(json["id"], 7);
+        assert_eq!(json["events"][0]["step"], "preparation > checking VMID");
+        assert!(json["events"][0].get("ip").is_none());
+        let back: JobDetail = serde_json::from_value(json).unwrap();
+        assert_eq!(back, detail);
     }
 }
