@@ -153,6 +153,48 @@ async fn configuration_failure_destroys_the_vm() {
 }
 
 #[tokio::test]
+async fn an_address_that_answers_late_destroys_the_vm_before_it_gets_the_address() {
+    if common::cli_mode() {
+        // The cli lane probes with a real TCP connect, which no sim fault reaches.
+        return;
+    }
+    // Something answers at .106 one second (real time) after the knock:
+    // after the allocation's quick wait, before the import ends.
+    let fault = r#"{"op":"probe","action":"delay","vmid":106,"delay_ms":2000000,"times":1}"#;
+    let (server, out) = run_with_fault(fault, DEBIAN).await;
+    out.assert_failed_at(
+        "VM initialization > initializing configuration",
+        "[-] failed to initialize VM: 192.168.0.106 answers on port 22",
+    );
+    let commands = common::commands(&server).await;
+    // The creation went on while the probe ran; the VM never got the address.
+    assert!(created_a_vm(&commands), "{commands:?}");
+    assert!(
+        !commands.iter().any(|c| c.starts_with("qm set 106")),
+        "{commands:?}"
+    );
+    assert_destroyed(&server, &out).await;
+}
+
+#[tokio::test]
+async fn an_address_that_answers_at_once_is_skipped() {
+    if common::cli_mode() {
+        return;
+    }
+    let server = common::server(&[]).await;
+    common::fault(&server, r#"{"op":"probe","action":"fail","vmid":106}"#).await;
+    let (_, events) = install(&server.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message() == "[+] auto-assigned VMID: 107"
+                || e.message().starts_with("[+] auto-assigned VMID: 107 (")),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test]
 async fn ssh_initialization_failure_destroys_the_vm() {
     let (server, out) = run_with_fault(r#"{"op":"ssh-init","action":"fail"}"#, DEBIAN).await;
     out.assert_failed_at(

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use app::rules::VMID_ADDRESSES;
 
@@ -33,6 +34,33 @@ pub struct Allocator {
     reserved: BTreeMap<u32, String>,
     /// Ids held by running installs.
     taken: Mutex<BTreeSet<u32>>,
+}
+
+/// How long an allocation waits for its address probe. A host on the VMs'
+/// network answers a connect within milliseconds; "nothing answers" takes
+/// the whole 2 s connect timeout. So the id is handed out after this wait,
+/// and the rest of the probe runs beside `qm create` and the disk import:
+/// the install reads its end (`LateProbe`) before the VM gets the address.
+pub const QUICK_ANSWER: Duration = Duration::from_millis(250);
+
+/// A free id, and the address probe when it had not ended yet.
+pub struct Allocation {
+    pub reservation: Reservation,
+    pub late: Option<LateProbe>,
+}
+
+/// An address probe still running when its id was handed out.
+pub struct LateProbe {
+    pub ip: Ipv4Addr,
+    answer: tokio::task::JoinHandle<bool>,
+}
+
+impl LateProbe {
+    /// Whether something answered at the address after all.
+    pub async fn answered(self) -> bool {
+        // The probe's task only ends early when the runtime shuts down.
+        self.answer.await.unwrap_or(false)
+    }
 }
 
 /// An id held for an install; released when dropped.
@@ -153,12 +181,13 @@ impl Allocator {
     }
 
     /// The first id of the range that no VM has, that is not reserved, and
-    /// where nothing answers on `ssh_port` (where pvedeck will reach the VM).
+    /// where nothing answers on `ssh_port` (where pvedeck will reach the VM)
+    /// within `QUICK_ANSWER`, the rest of that probe in `late`.
     pub async fn allocate(
         self: &Arc<Self>,
-        proxmox: &Timed,
+        proxmox: &Arc<Timed>,
         ssh_port: u16,
-    ) -> Result<Reservation, AllocError> {
+    ) -> Result<Allocation, AllocError> {
         let vms = proxmox.cluster_vms().await?;
         let used: BTreeSet<u32> = vms.iter().map(|vm| vm.vmid).collect();
         let mut answered = BTreeSet::new();
@@ -172,8 +201,20 @@ impl Allocator {
             let Some(ip) = self.ip(reservation.vmid) else {
                 return Err(AllocError::NoneFree(self.range.clone()));
             };
-            if !proxmox.probe(ip, ssh_port).await {
-                return Ok(reservation);
+            let probe = proxmox.clone();
+            let mut answer = tokio::spawn(async move { probe.probe(ip, ssh_port).await });
+            match tokio::time::timeout(QUICK_ANSWER, &mut answer).await {
+                Err(_) => {
+                    let late = Some(LateProbe { ip, answer });
+                    return Ok(Allocation { reservation, late });
+                }
+                Ok(Ok(false) | Err(_)) => {
+                    return Ok(Allocation {
+                        reservation,
+                        late: None,
+                    });
+                }
+                Ok(Ok(true)) => {}
             }
             tracing::info!(%ip, "VMID allocation: something answers on the SSH port, skipped");
             answered.insert(reservation.vmid);

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::pve::{NodeResource, PveError, Timed};
 
@@ -62,6 +63,12 @@ pub fn cluster_type(nodes: &[NodeLevel]) -> &'static str {
 #[derive(Default)]
 pub struct Baseline {
     cached: Mutex<Option<(Vec<String>, &'static str)>>,
+    /// One detection at a time: concurrent installs (and an install's
+    /// early read beside its VMID probe) share one round of `pvesh`.
+    flight: tokio::sync::Mutex<()>,
+    /// When the last detection failed, and why: who waited for that round
+    /// gets its answer rather than a second timeout of its own.
+    failed: Mutex<Option<(Instant, PveError)>>,
 }
 
 impl Baseline {
@@ -76,10 +83,22 @@ impl Baseline {
     ) -> Result<&'static str, PveError> {
         let mut names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         names.sort();
-        if let Some((cached_for, cpu)) = &*self.cached.lock().unwrap_or_else(|p| p.into_inner())
-            && *cached_for == names
-        {
+        let cached = || match &*self.cached.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((cached_for, cpu)) if *cached_for == names => Some(*cpu),
+            _ => None,
+        };
+        if let Some(cpu) = cached() {
             return Ok(cpu);
+        }
+        let asked = Instant::now();
+        let _one = self.flight.lock().await;
+        if let Some(cpu) = cached() {
+            return Ok(cpu);
+        }
+        if let Some((at, e)) = &*self.failed.lock().unwrap_or_else(|p| p.into_inner())
+            && *at >= asked
+        {
+            return Err(e.clone());
         }
         let mut levels = Vec::new();
         // All nodes at once: each `pvesh` is a Perl start-up on a real node.
@@ -88,7 +107,11 @@ impl Baseline {
         for (name, status) in names.iter().zip(statuses) {
             match status {
                 Ok(status) => levels.push(node_level(&status.cpuinfo.flags)),
-                Err(e @ PveError::Timeout { .. }) => return Err(e),
+                Err(e @ PveError::Timeout { .. }) => {
+                    *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((Instant::now(), e.clone()));
+                    return Err(e);
+                }
                 Err(e) => {
                     tracing::warn!(node = name, "CPU baseline: {e}; using kvm64");
                     return Ok("kvm64");

@@ -13,7 +13,7 @@ use app::request::InstallRequest;
 use app::rules::Clamp;
 use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
-use super::allocator::Reservation;
+use super::allocator::{LateProbe, Reservation};
 use super::readiness::Boot;
 use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
@@ -89,6 +89,7 @@ fn settle<T: Copy + std::fmt::Display>(
 struct Prepared {
     vmid: u32,
     ip: Ipv4Addr,
+    late: Option<LateProbe>,
     name: String,
     cpu: u32,
     ram: u64,
@@ -99,6 +100,8 @@ struct Prepared {
 struct Plan {
     vmid: u32,
     ip: Ipv4Addr,
+    /// The end of the address probe, read before the VM gets the address.
+    late: Option<LateProbe>,
     name: String,
     cpu: u32,
     ram: u64,
@@ -154,6 +157,7 @@ impl Engine {
         reservation: Option<Reservation>,
     ) {
         let started = Instant::now();
+        self.warm_up();
         // The reservation lives until the job ends (it is dropped last).
         let mut held = reservation;
         let result = self.install_steps(&job, &request, &mut held, started).await;
@@ -184,6 +188,20 @@ impl Engine {
             }
         }
         drop(held);
+    }
+
+    /// Reads now, beside the VMID probe, what the storage check and
+    /// `qm create` need later: the cluster snapshot when it is not recent,
+    /// the CPU baseline once per process. A failure here is told by the
+    /// step that reads it again.
+    fn warm_up(self: &Arc<Self>) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if let Ok(view) = engine.cluster.recent().await {
+                let nodes = &view.snapshot.nodes;
+                let _ = engine.cpu_baseline.detect(&engine.proxmox, nodes).await;
+            }
+        });
     }
 
     /// The cleanup of §3.5: force stop, then `qm destroy --purge --skiplock`.
@@ -224,7 +242,7 @@ impl Engine {
         // A failed `qm create` leaves no VM; after it, a failure knows the VM.
         self.create(job, &plan).await.map_err(|f| (f, None))?;
         let at = |plan: &Plan| Some((plan.vmid, plan.node.clone()));
-        self.import_and_configure(job, req, &plan)
+        self.import_and_configure(job, req, &mut plan)
             .await
             .map_err(|f| (f, at(&plan)))?;
         self.boot_and_initialize(job, req, &mut plan)
@@ -307,6 +325,7 @@ impl Engine {
             (Some(Ok(image)), Some(Ok(key))) => Ok(Plan {
                 vmid: p.vmid,
                 ip: p.ip,
+                late: p.late,
                 name: p.name,
                 cpu: p.cpu,
                 ram: p.ram,
@@ -337,21 +356,21 @@ impl Engine {
 
         let step = Step::new(out, Some("preparation"), "checking VMID");
         step.processing("[*] start VM installation");
-        let vmid = match held {
+        let (vmid, late) = match held {
             Some(r) => {
                 step.success(&format!("[+] using specified VMID: {}", r.vmid));
-                r.vmid
+                (r.vmid, None)
             }
             None => {
-                let r = self
+                let a = self
                     .allocator
                     .allocate(&self.proxmox, cfg.ssh_port)
                     .await
                     .map_err(failed(&step, "failed to find free VMID", Cleanup::Nothing))?;
-                step.success(&format!("[+] auto-assigned VMID: {}", r.vmid));
-                let vmid = r.vmid;
-                *held = Some(r);
-                vmid
+                let vmid = a.reservation.vmid;
+                step.success(&format!("[+] auto-assigned VMID: {vmid}"));
+                *held = Some(a.reservation);
+                (vmid, a.late)
             }
         };
 
@@ -398,6 +417,7 @@ impl Engine {
         Ok(Prepared {
             vmid,
             ip,
+            late,
             name,
             cpu,
             ram,
@@ -451,8 +471,9 @@ impl Engine {
         &self,
         job: &JobHandle,
         req: &InstallRequest,
-        plan: &Plan,
+        plan: &mut Plan,
     ) -> Result<(), Failure> {
+        let late = plan.late.take();
         let (node, vmid) = (plan.node.as_str(), plan.vmid);
         let storage = &self.config.assign_storage;
         let step = Step::new(job, Some("VM creation"), "importing disk image");
@@ -481,6 +502,22 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "initializing configuration");
         step.processing("[*] initializing VM");
+        // The address probe went on beside the creation and the import; the
+        // VM gets the address only if nothing answered there after all.
+        if let Some(probe) = late {
+            let ip = probe.ip;
+            if probe.answered().await {
+                let port = self.config.ssh_port;
+                return Err(Failure::new(
+                    &step,
+                    format!(
+                        "[-] failed to initialize VM: {ip} answers on port {port}: another host \
+                         uses the address VM {vmid} would get"
+                    ),
+                    Cleanup::Destroy,
+                ));
+            }
+        }
         let fail = |e: &dyn std::fmt::Display| {
             Failure::new(
                 &step,

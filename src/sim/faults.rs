@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 16] = [
+pub const OPS: [&str; 17] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -21,6 +21,9 @@ pub const OPS: [&str; 16] = [
     "migrate",
     "ssh-ready",
     "ssh-init",
+    // Something that is not a VM answers at the id's address: at once
+    // (`fail`), after `delay_ms` (`delay`), or never ends the probe (`hang`).
+    "probe",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

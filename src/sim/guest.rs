@@ -4,6 +4,7 @@
 
 use std::net::Ipv4Addr;
 
+use super::faults::Strike;
 use super::state::Guest;
 use super::{SimCluster, timing};
 use crate::clock::now_ms;
@@ -56,6 +57,21 @@ impl SimCluster {
     }
 
     pub(super) async fn guest_probe(&self, ip: Ipv4Addr, _port: u16) -> bool {
+        let vmid = u32::from(ip.octets()[3]);
+        let strike = self.store.update(|s| {
+            let strike = s.faults.check("probe", Some(vmid));
+            let changed = strike != Strike::None;
+            (strike, changed)
+        });
+        match strike {
+            Strike::None => {}
+            Strike::Fail(_) => return true,
+            Strike::Delay(ms) => {
+                self.clock.sleep(ms).await;
+                return true;
+            }
+            Strike::Hang => std::future::pending::<()>().await,
+        }
         match self.knock(ip) {
             Knock::Foreign | Knock::Vm(_) => true,
             Knock::Refused => {
