@@ -41,7 +41,7 @@ pub struct Allocator {
 /// the whole 2 s connect timeout. So the id is handed out after this wait,
 /// and the rest of the probe runs beside `qm create` and the disk import:
 /// the install reads its end (`LateProbe`) before the VM gets the address.
-pub const QUICK_ANSWER: Duration = Duration::from_millis(250);
+pub const QUICK_ANSWER: Duration = Duration::from_millis(150);
 
 /// A free id, and the address probe when it had not ended yet.
 pub struct Allocation {
