@@ -3,6 +3,9 @@
 //! `main` reads the configuration and calls `server::serve`; the rest is laid
 //! out as `shared/DESIGN.md` draws it: `api` (HTTP edge), `engine` (the
 //! rules), `pve` (the port to Proxmox), `sim` (the simulated cluster).
+// The UI's job panel, rendered here through `AnyView`, nests deeper than
+// the default limit allows.
+#![recursion_limit = "256"]
 
 pub mod api;
 pub mod clock;

@@ -1,5 +1,8 @@
 //! The pvedeck web UI: one Leptos app, rendered on the server (`ssr`) and
 //! hydrated in the browser (`hydrate`).
+// `AnyView` of a job panel nests deep enough in its async hydration types
+// to pass the default limit.
+#![recursion_limit = "256"]
 
 pub mod api;
 #[cfg(feature = "ssr")]

@@ -155,6 +155,24 @@ test('resize a stopped VM from its page, the limits checked as you type', async 
   assert.deepEqual(errors, []);
 });
 
+test('starting a VM from its page fetches the job timeline then and follows the job', async () => {
+  const { page, errors } = await openPage(browser);
+  const fetched = [];
+  page.on('request', (r) => { if (r.url().endsWith('.wasm')) fetched.push(r.url()); });
+  await page.goto(BASE_URL + '/vm/103');
+  await waitForHydration(page);
+  const panelModule = (url) => /split_job_panel_\d+\.wasm$/.test(url);
+  assert.equal(fetched.some(panelModule), false, 'the timeline is not part of the page load');
+  await page.getByRole('button', { name: 'Start VM 103' }).click();
+  const job = page.locator('.job[data-state="succeeded"]');
+  await job.waitFor();
+  assert.equal(await job.locator('.step[data-step="starting VM"]').count(), 1);
+  assert.equal(fetched.some(panelModule), true, 'the timeline came when the job started');
+  await page.locator('.vm-detail .badge', { hasText: 'running' }).waitFor();
+  await screenshot(page, 'vm-started');
+  assert.deepEqual(errors, []);
+});
+
 test('a refusal of the server shows as a message', async () => {
   const { page, errors } = await openPage(browser);
   await page.goto(BASE_URL + '/vm/101');

@@ -556,26 +556,108 @@ fn large_cluster(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(
     Ok(())
 }
 
+/// A file of the bundle as the server sends it: raw and its `.gz`.
+fn served(pkg: &Path, name: &str) -> Result<(u64, u64), Failed> {
+    let size = |n: &str| {
+        std::fs::metadata(pkg.join(n))
+            .map(|m| m.len())
+            .map_err(|e| Failed(format!("{}: {e}", pkg.join(n).display())))
+    };
+    Ok((size(name)?, size(&format!("{name}.gz"))?))
+}
+
+/// What a page's browser downloads: the main module, its JS and the
+/// stylesheet, then the modules of the page's island (from the manifest
+/// wasm-split wrote). Sizes are the served files', gzip as sent.
 fn bundle(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
     let pkg: PathBuf = root.join("target/site/pkg");
-    let mut total = (0u64, 0u64);
-    for name in ["pvedeck_bg.wasm", "pvedeck.js", "pvedeck.css"] {
-        let raw = std::fs::read(pkg.join(name)).map_err(io("target/site/pkg"))?;
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        gz.write_all(&raw).map_err(io("gzip"))?;
-        let gzip = gz.finish().map_err(io("gzip"))?;
-        total.0 += raw.len() as u64;
-        total.1 += gzip.len() as u64;
-        figure(
-            figures,
-            format!("bundle: {name}"),
-            format!("{} bytes, {} gzip", raw.len(), gzip.len()),
-        );
+    let manifest_path = pkg.join("__wasm_split_manifest.json");
+    let manifest: std::collections::BTreeMap<String, Vec<String>> =
+        std::fs::read_to_string(&manifest_path)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .ok_or_else(|| Failed(format!("{}: unreadable", manifest_path.display())))?;
+    let main = served(&pkg, "pvedeck_bg.wasm")?;
+    let mut rest = (0, 0);
+    for name in [
+        "pvedeck.js",
+        "__wasm_split.______________________.js",
+        "pvedeck.css",
+    ] {
+        let (raw, gz) = served(&pkg, name)?;
+        rest = (rest.0 + raw, rest.1 + gz);
     }
     figure(
         figures,
-        "bundle: all",
-        format!("{} bytes, {} gzip", total.0, total.1),
+        "bundle: what every page loads (main module; JS and CSS)",
+        format!(
+            "{} bytes, {} gzip; {} bytes, {} gzip",
+            main.0, main.1, rest.0, rest.1
+        ),
+    );
+    let modules = |name: &str| -> Result<&Vec<String>, Failed> {
+        manifest
+            .iter()
+            .find(|(split, _)| {
+                // `<island>_loader_<hash>`, or `<function>_<hash>` for a `#[lazy]` one.
+                split
+                    .strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix('_'))
+                    .map(|rest| rest.strip_prefix("loader_").unwrap_or(rest))
+                    .is_some_and(|hash| hash.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .map(|(_, modules)| modules)
+            .ok_or_else(|| Failed(format!("no module for the island {name}")))
+    };
+    let sizes = |list: &[&String]| -> Result<(u64, u64, usize), Failed> {
+        list.iter().try_fold((0, 0, 0), |(raw, gz, n), module| {
+            let (r, g) = served(&pkg, &format!("{module}.wasm"))?;
+            Ok((raw + r, gz + g, n + 1))
+        })
+    };
+    let island = |name: &str| -> Result<(u64, u64, usize), Failed> {
+        sizes(&modules(name)?.iter().collect::<Vec<_>>())
+    };
+    let mut largest = (0, String::new());
+    for (page, name) in [
+        ("/ (overview)", "live"),
+        ("/vm/:id", "live_vm"),
+        ("/new", "form"),
+        ("/jobs", "live_jobs"),
+        ("/jobs/:id", "live_job"),
+        ("/login", "login_form"),
+    ] {
+        let (raw, gz, n) = island(name)?;
+        let wasm = (main.0 + raw, main.1 + gz);
+        if wasm.1 > largest.0 {
+            largest = (wasm.1, page.to_string());
+        }
+        figure(
+            figures,
+            format!("bundle: WASM of {page}"),
+            format!(
+                "{} bytes, {} gzip (main + {n} modules); with JS and CSS {} gzip",
+                wasm.0,
+                wasm.1,
+                wasm.1 + rest.1
+            ),
+        );
+    }
+    let on_vm_page = modules("live_vm")?;
+    let later: Vec<&String> = modules("job_panel")?
+        .iter()
+        .filter(|m| !on_vm_page.contains(m))
+        .collect();
+    let (raw, gz, n) = sizes(&later)?;
+    figure(
+        figures,
+        "bundle: fetched when a VM page's action starts a job",
+        format!("{raw} bytes, {gz} gzip in {n} modules"),
+    );
+    figure(
+        figures,
+        "bundle: largest page's WASM",
+        format!("{} gzip ({})", largest.0, largest.1),
     );
     Ok(())
 }

@@ -1,14 +1,10 @@
 //! Builds the browser side into `target/site`: the WASM bundle (cargo →
-//! wasm-bindgen as a library → binaryen's wasm-opt), the stylesheet and the
-//! static files, each bundle file also gzip-compressed for the server to send
+//! wasm-split, one module per lazy island → wasm-bindgen as a library →
+//! binaryen's wasm-opt on each module), the stylesheet and the static files, each bundle file also gzip-compressed for the server to send
 //! as is.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use flate2::Compression;
-use flate2::write::GzEncoder;
 
 use crate::run::{Failed, cargo, status, step};
 
@@ -52,6 +48,9 @@ pub fn build(root: &Path) -> Result<(), Failed> {
     })?;
 
     let input = root.join(format!("target/{WASM_TARGET}/{WASM_PROFILE}/frontend.wasm"));
+    let main = root.join(format!(
+        "target/{WASM_TARGET}/{WASM_PROFILE}/frontend_split.wasm"
+    ));
     let wasm = pkg.join(format!("{OUTPUT_NAME}_bg.wasm"));
     // wasm-opt takes ~20 s: skip bindgen and opt when cargo produced the very
     // same module as last time.
@@ -62,29 +61,41 @@ pub fn build(root: &Path) -> Result<(), Failed> {
     if fresh {
         println!("\n==> wasm-bindgen and wasm-opt: bundle is up to date");
     } else {
-        step("wasm-bindgen", || {
+        step("wasm-split: each lazy island into its own module", || {
             if pkg.exists() {
                 std::fs::remove_dir_all(&pkg).map_err(io(&pkg))?;
             }
             std::fs::create_dir_all(&pkg).map_err(io(&pkg))?;
-            wasm_bindgen_cli_support::Bindgen::new()
-                .input_path(&input)
+            split(&source, &pkg, &main)
+        })?;
+        step("wasm-bindgen", || {
+            let mut bindgen = wasm_bindgen_cli_support::Bindgen::new();
+            bindgen
+                .input_path(&main)
                 .out_name(OUTPUT_NAME)
                 .typescript(false)
+                // The split modules import the main module's functions by
+                // their linker names.
+                .keep_lld_exports(true)
+                .demangle(false);
+            bindgen
                 .web(true)
                 .and_then(|b| b.generate(&pkg))
-                .map_err(|e| Failed(format!("{}: {e:#}", input.display())))
+                .map_err(|e| Failed(format!("{}: {e:#}", main.display())))
         })?;
         step("wasm-opt -Oz (binaryen 132 from npm)", || {
             let wasm_opt = root.join("frontend/node_modules/.bin/wasm-opt");
-            status(
-                Command::new(&wasm_opt)
-                    .arg("-Oz")
-                    .args(WASM_FEATURES)
-                    .arg(&wasm)
-                    .arg("-o")
-                    .arg(&wasm),
-            )
+            for module in wasm_files(&pkg)? {
+                status(
+                    Command::new(&wasm_opt)
+                        .arg("-Oz")
+                        .args(WASM_FEATURES)
+                        .arg(&module)
+                        .arg("-o")
+                        .arg(&module),
+                )?;
+            }
+            Ok(())
         })?;
         std::fs::write(&stamp_path, &stamp).map_err(io(&stamp_path))?;
     }
@@ -120,6 +131,40 @@ pub fn build(root: &Path) -> Result<(), Failed> {
     })
 }
 
+/// Splits the module at its `#[lazy]` points (each `#[island(lazy)]`):
+/// the main module goes to `main`, the islands' modules, the loader
+/// `__wasm_split.*.js` and the manifest `HydrationScripts` reads (which
+/// modules each island needs, to preload them) into `pkg`. The module must
+/// be linked with `--emit-relocs` (`.cargo/config.toml`).
+fn split(source: &[u8], pkg: &Path, main: &Path) -> Result<(), Failed> {
+    let mut options = wasm_split_cli_support::Options::new(source);
+    options.output_dir = pkg;
+    options.main_out_path = main;
+    // Relative to the loader, which sits beside the main module's JS.
+    options.main_module = "./pvedeck.js";
+    // The name Leptos links to when files are not hashed.
+    options.link_name = "./__wasm_split.______________________.js";
+    let split = wasm_split_cli_support::transform(options)
+        .map_err(|e| Failed(format!("splitting the module: {e:#}")))?;
+    let manifest = pkg.join("__wasm_split_manifest.json");
+    let json = serde_json::to_string_pretty(&split.prefetch_map)
+        .map_err(|e| Failed(format!("{}: {e}", manifest.display())))?;
+    std::fs::write(&manifest, json).map_err(io(&manifest))
+}
+
+/// The `.wasm` files in `dir`: the main module and the split ones.
+fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, Failed> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 /// FNV-1a: enough to tell whether cargo wrote a different module.
 fn fingerprint(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -134,9 +179,14 @@ fn file_name(path: &Path) -> String {
 }
 
 fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut enc = GzEncoder::new(Vec::new(), Compression::best());
-    enc.write_all(data)?;
-    enc.finish()
+    let mut out = Vec::new();
+    zopfli::compress(
+        zopfli::Options::default(),
+        zopfli::Format::Gzip,
+        data,
+        &mut out,
+    )?;
+    Ok(out)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), Failed> {

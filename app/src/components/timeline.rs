@@ -217,7 +217,7 @@ pub fn JobView(id: u64) -> impl IntoView {
     }
 }
 
-#[island]
+#[island(lazy)]
 fn LiveJob(id: u64, initial: Result<JobDetail, UiError>) -> impl IntoView {
     view! { <JobPanel id initial=Some(initial)/> }
 }

@@ -26,7 +26,7 @@ pub fn Jobs() -> impl IntoView {
 }
 
 /// The table, read again every few seconds in the browser.
-#[island]
+#[island(lazy)]
 fn LiveJobs(initial: Result<Vec<Job>, UiError>) -> impl IntoView {
     let jobs = RwSignal::new(initial);
     let latest = Latest::default();

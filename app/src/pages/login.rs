@@ -18,7 +18,7 @@ pub fn Login() -> impl IntoView {
     }
 }
 
-#[island]
+#[island(lazy)]
 fn LoginForm() -> impl IntoView {
     let token = RwSignal::new(String::new());
     let message = RwSignal::new(None::<(bool, String)>);

@@ -85,7 +85,7 @@ pub fn NewVm() -> impl IntoView {
     }
 }
 
-#[island]
+#[island(lazy)]
 fn Form(catalog: Catalog) -> impl IntoView {
     let limits = catalog.limits;
     let oses = StoredValue::new(catalog.oses.clone());

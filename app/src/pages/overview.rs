@@ -30,7 +30,7 @@ pub fn Overview() -> impl IntoView {
 /// Everything on the overview that changes: in the browser it asks the
 /// server again every `REFRESH`, after an action, and when the filter or the
 /// page changes.
-#[island]
+#[island(lazy)]
 fn Live(initial: Result<Data, UiError>) -> impl IntoView {
     let overview = RwSignal::new(initial);
     // State that must outlive each refresh of the list.

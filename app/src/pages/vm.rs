@@ -59,7 +59,7 @@ pub fn VmPage() -> impl IntoView {
 }
 
 /// The VM as the server last read it, read again after each change.
-#[island]
+#[island(lazy)]
 fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>) -> impl IntoView {
     let detail = RwSignal::new(initial);
     let latest = Latest::default();
@@ -99,8 +99,16 @@ fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>) -> impl IntoView {
             }),
         }}
         <OutcomeNote outcome/>
-        {move || job.get().map(|id| view! { <JobPanel id initial=None on_done=reload/> })}
+        {move || job.get().map(|id| Suspend::new(job_panel(id, reload)))}
     }
+}
+
+/// The timeline of a job an action started. Most visits start none, so its
+/// code is a module of its own, fetched when a job starts (the job page's
+/// island shares it).
+#[lazy]
+fn job_panel(id: u64, on_done: Callback<()>) -> AnyView {
+    view! { <JobPanel id initial=None on_done/> }.into_any()
 }
 
 #[derive(Clone, Copy)]
