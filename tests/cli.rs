@@ -234,3 +234,160 @@ async fn output_that_does_not_parse_is_an_error_naming_command_and_line() {
         "{body}"
     );
 }
+
+/// Runs a stand-in tool as the `cli` backend would, on `node`.
+fn tool(env: &[(String, String)], node: &str, argv: &[&str]) -> (i32, String, String) {
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.split(':').next().unwrap_or_default().to_string())
+        .expect("PATH");
+    let out = std::process::Command::new(Path::new(&path).join(argv[0]))
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("PVEDECK_SIM_NODE", node)
+        .output()
+        .expect("run the stand-in");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_simulated_qm_makes_templates_and_linked_clones_and_its_agent_answers_like_proxmox() {
+    let dir = common::temp_dir("clone");
+    let env = common::cli_env(&dir, false).await;
+    let qm = |args: &[&str]| {
+        let mut argv = vec!["qm"];
+        argv.extend(args);
+        tool(&env, "pve2", &argv)
+    };
+
+    // A VM's disk is not a base volume: no linked clone of it.
+    let (code, _, err) = qm(&["clone", "103", "250", "--name", "c", "--full", "0"]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            255,
+            "Linked clone feature is not supported for drive 'scsi0'"
+        )
+    );
+    let (code, _, err) = qm(&["agent", "103", "ping"]);
+    assert_eq!((code, err.trim()), (255, "VM 103 is not running"));
+
+    // A template: its disks become base volumes, and it cannot start.
+    assert_eq!(qm(&["template", "103"]).0, 0);
+    let (_, config, _) = qm(&["config", "103"]);
+    assert!(config.contains("\ntemplate: 1\n"), "{config}");
+    assert!(
+        config.contains("scsi0: local-zfs:base-103-disk-0,size=64G"),
+        "{config}"
+    );
+    let (code, _, err) = qm(&["template", "103"]);
+    assert_eq!(
+        (code, err.trim()),
+        (255, "you can't convert a template to a template")
+    );
+    let (code, _, err) = qm(&["start", "103"]);
+    assert_eq!(
+        (code, err.trim()),
+        (255, "you can't start a vm if it's a template")
+    );
+
+    // From a template a clone is linked by default, its disk on the base.
+    let (code, out, err) = qm(&["clone", "103", "251", "--name", "web"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("create linked clone of drive scsi0 (local-zfs:base-103-disk-0)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("create full clone of drive ide2 (local-zfs:vm-103-cloudinit)"),
+        "{out}"
+    );
+    let (_, config, _) = qm(&["config", "251"]);
+    assert!(
+        config.contains("scsi0: local-zfs:base-103-disk-0/vm-251-disk-0,size=64G"),
+        "{config}"
+    );
+    assert!(
+        config.contains("name: web\n") && !config.contains("template:"),
+        "{config}"
+    );
+    let (code, _, err) = qm(&["destroy", "103"]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            255,
+            "base volume 'base-103-disk-0' is still in use by linked cloned"
+        )
+    );
+
+    // The clone's disk came from a booted, uncleaned VM: same machine-id.
+    assert_eq!(qm(&["start", "251"]).0, 0);
+    let read_id = |vmid: &str| {
+        // The agent answers once the guest has booted; each try is one
+        // `qm guest exec`, which waits for the agent itself.
+        (0..50)
+            .map(|_| qm(&["guest", "exec", vmid, "--", "cat", "/etc/machine-id"]))
+            .find(|(code, _, _)| *code == 0)
+            .expect("the agent answers")
+            .1
+    };
+    let report = read_id("251");
+    assert!(
+        report.starts_with("{\n   \"exitcode\" : 0,\n   \"exited\" : 1,\n   \"out-data\" : \""),
+        "{report}"
+    );
+    let machine_id = |report: &str| {
+        let value: serde_json::Value = serde_json::from_str(report).expect("JSON");
+        value["out-data"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let (_, snapshot, _) = tool(
+        &env,
+        "pve1",
+        &[
+            "pvesh",
+            "get",
+            "/cluster/resources",
+            "--type",
+            "vm",
+            "--output-format",
+            "json",
+        ],
+    );
+    assert!(snapshot.contains("\"template\":1"), "{snapshot}");
+    let shared = machine_id(&report);
+    assert_eq!(shared.len(), 32, "{report}");
+
+    // Cleaned, the next boot writes a new identity.
+    let clean = "cloud-init clean --logs --machine-id && rm -f /etc/ssh/ssh_host_*";
+    let (code, _, err) = qm(&["guest", "exec", "251", "--", "sh", "-c", clean]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(qm(&["reboot", "251"]).0, 0);
+    let fresh = machine_id(&read_id("251"));
+    assert_eq!(fresh.len(), 32);
+    assert_ne!(fresh, shared);
+    let (_, report, _) = qm(&[
+        "guest",
+        "exec",
+        "251",
+        "--",
+        "cloud-init",
+        "status",
+        "--wait",
+    ]);
+    assert!(
+        report.contains("\"out-data\" : \"status: done\\n\""),
+        "{report}"
+    );
+    let (_, report, _) = qm(&["guest", "exec", "251", "--", "apt-get", "update"]);
+    assert!(report.contains("\"exitcode\" : 127"), "{report}");
+}

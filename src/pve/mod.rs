@@ -121,6 +121,24 @@ pub enum GuestCommand {
     },
 }
 
+/// What the guest agent reports of a command it ran (`qm guest exec`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentExec {
+    /// `None` when the command was still running at the timeout.
+    pub exitcode: Option<i32>,
+    pub out: String,
+    pub err: String,
+}
+
+/// How `qm clone` copies the disks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloneMode {
+    /// `--full 0`: copy-on-write volumes on the template's base volumes.
+    Linked,
+    /// `--full 1`: a copy of every disk.
+    Full,
+}
+
 #[async_trait]
 pub trait Pve: Send + Sync {
     /// `pvesh get /cluster/resources --type vm --output-format json`
@@ -164,6 +182,32 @@ pub trait Pve: Send + Sync {
         target: &str,
         out: LineSink<'_>,
     ) -> Result<(), PveError>;
+
+    /// `qm clone <source> <vmid> --name <name> --full 0|1`, its task log
+    /// relayed line by line.
+    async fn clone_vm(
+        &self,
+        node: &str,
+        source: u32,
+        vmid: u32,
+        name: &str,
+        mode: CloneMode,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError>;
+    /// `qm template <vmid>`. The command exits 0 when the conversion task
+    /// fails, so a backend checks the result itself.
+    async fn template(&self, node: &str, vmid: u32) -> Result<(), PveError>;
+    /// `qm agent <vmid> ping`: the guest agent answers.
+    async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError>;
+    /// `qm guest exec <vmid> --timeout <secs> -- <argv…>`: a command run
+    /// by the guest agent, through the hypervisor (not the network).
+    async fn agent_exec(
+        &self,
+        node: &str,
+        vmid: u32,
+        argv: &[String],
+        timeout_secs: u32,
+    ) -> Result<AgentExec, PveError>;
 
     /// Whether something answers on `ip:port` (2 s connect timeout).
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool;

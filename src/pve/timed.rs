@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
-    QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
+    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 
 /// One try to reach a VM (a TCP probe, `ssh … echo ready`) is not a
@@ -198,6 +198,54 @@ impl Timed {
         self.changing(Class::Long, what, call).await
     }
 
+    /// A clone: linked is a short task, a full copy a long one.
+    pub async fn clone_vm(
+        &self,
+        node: &str,
+        source: u32,
+        vmid: u32,
+        name: &str,
+        mode: CloneMode,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let what = || "qm clone".to_string();
+        let class = match mode {
+            CloneMode::Linked => Class::Short,
+            CloneMode::Full => Class::Long,
+        };
+        let call = self.pve.clone_vm(node, source, vmid, name, mode, out);
+        self.changing(class, what, call).await
+    }
+
+    pub async fn template(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        let what = || "qm template".to_string();
+        self.changing(Class::Short, what, self.pve.template(node, vmid))
+            .await
+    }
+
+    /// One try to reach the guest agent.
+    pub async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        let what = || "qm agent ping".to_string();
+        self.within(Class::Attempt, what, self.pve.agent_ping(node, vmid))
+            .await
+    }
+
+    /// A command run by the guest agent; `long` for one that waits (for
+    /// cloud-init to finish).
+    pub async fn agent_exec(
+        &self,
+        node: &str,
+        vmid: u32,
+        argv: &[String],
+        long: bool,
+    ) -> Result<AgentExec, PveError> {
+        let what = || "qm guest exec".to_string();
+        let class = if long { Class::Long } else { Class::Short };
+        let secs = u32::try_from(self.limit(class).as_secs()).unwrap_or(u32::MAX);
+        let call = self.pve.agent_exec(node, vmid, argv, secs);
+        self.within(class, what, call).await
+    }
+
     /// Whether something answers on `ip:port`; a probe that hangs is "no".
     pub async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
         tokio::time::timeout(self.limit(Class::Attempt), self.pve.probe(ip, port))
@@ -279,6 +327,32 @@ mod tests {
             std::future::pending().await
         }
         async fn migrate(&self, _: &str, _: u32, _: &str, _: LineSink<'_>) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn clone_vm(
+            &self,
+            _: &str,
+            _: u32,
+            _: u32,
+            _: &str,
+            _: CloneMode,
+            _: LineSink<'_>,
+        ) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn template(&self, _: &str, _: u32) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn agent_ping(&self, _: &str, _: u32) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn agent_exec(
+            &self,
+            _: &str,
+            _: u32,
+            _: &[String],
+            _: u32,
+        ) -> Result<AgentExec, PveError> {
             std::future::pending().await
         }
         async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {

@@ -178,6 +178,30 @@ fn sorted(value: Value) -> Value {
     }
 }
 
+/// Perl's `to_json(pretty, canonical)`, as `qm guest …` prints: keys
+/// sorted, three-space indents, ` : ` between key and value.
+fn pretty(value: &Value) -> String {
+    fn write(value: &Value, indent: usize, out: &mut String) {
+        let pad = " ".repeat(indent + 3);
+        match value {
+            Value::Object(map) => {
+                let ordered: BTreeMap<&String, &Value> = map.iter().collect();
+                out.push_str("{\n");
+                for (i, (key, v)) in ordered.iter().enumerate() {
+                    out.push_str(&format!("{pad}{} : ", Value::from(key.as_str())));
+                    write(v, indent + 3, out);
+                    out.push_str(if i + 1 < ordered.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&format!("{}}}", " ".repeat(indent)));
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, 0, &mut out);
+    out
+}
+
 fn print_json<T: serde::Serialize>(value: &T) -> i32 {
     match serde_json::to_value(value) {
         Ok(v) => {
@@ -240,9 +264,9 @@ impl Face<'_> {
 
     async fn qm(&self, args: &[String]) -> Result<i32, PveError> {
         let (verb, rest) = match args.split_first() {
-            Some((v, rest)) if v == "disk" => match rest.split_first() {
-                Some((sub, rest)) => (format!("disk {sub}"), rest),
-                None => (String::from("disk"), rest),
+            Some((v, rest)) if v == "disk" || v == "guest" => match rest.split_first() {
+                Some((sub, rest)) => (format!("{v} {sub}"), rest),
+                None => (v.clone(), rest),
             },
             Some((v, rest)) => (v.clone(), rest),
             None => {
@@ -250,11 +274,82 @@ impl Face<'_> {
                 return Ok(255);
             }
         };
+        // `qm guest exec <vmid> [options] -- <command…>`: what follows `--`
+        // is the guest's argument vector, not options.
+        let (rest, guest_argv) = match rest.iter().position(|a| a == "--") {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
         let parsed = parse(rest)?;
         let p = &parsed.positional;
         let node = self.node.as_str();
         let sim = self.sim;
         match verb.as_str() {
+            "clone" => {
+                let Some(source) = p.first() else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                let newid = vmid(p.get(1))?;
+                let full = parsed.options.iter().find(|(k, _)| k == "full");
+                let template = sim.is_template(vmid(Some(source))?);
+                // Linked is the default from a template, full from a VM.
+                let linked = match full {
+                    Some((_, v)) => v == "0",
+                    None => template,
+                };
+                let mode = if linked {
+                    crate::pve::CloneMode::Linked
+                } else {
+                    crate::pve::CloneMode::Full
+                };
+                let name = parsed
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == "name")
+                    .map_or_else(|| format!("Copy-of-VM-{source}"), |(_, v)| v.clone());
+                sim.qm_clone(node, vmid(Some(source))?, newid, &name, mode, &out)
+                    .await?;
+            }
+            "template" => {
+                // The conversion runs as a task that qm does not wait on
+                // for its exit code: a failed one is printed, and qm exits 0.
+                let id = vmid(p.first())?;
+                sim.qm_template_check(node, id)?;
+                if let Err(e) = sim.qm_template_task(id).await {
+                    eprintln!("{}", e.message());
+                }
+            }
+            "agent" | "guest cmd" => {
+                if p.get(1).map(String::as_str) != Some("ping") {
+                    eprintln!(
+                        "400 Parameter verification failed.\ncommand: only ping is simulated"
+                    );
+                    return Ok(255);
+                }
+                sim.qm_agent_ping(node, vmid(p.first())?).await?;
+            }
+            "guest exec" => {
+                let result = sim
+                    .qm_guest_exec(node, vmid(p.first())?, guest_argv)
+                    .await?;
+                let mut json = serde_json::Map::new();
+                if !result.err.is_empty() {
+                    json.insert("err-data".into(), Value::from(result.err));
+                }
+                match result.exitcode {
+                    Some(code) => {
+                        json.insert("exitcode".into(), Value::from(code));
+                        json.insert("exited".into(), Value::from(1));
+                    }
+                    None => {
+                        json.insert("exited".into(), Value::from(0));
+                    }
+                }
+                if !result.out.is_empty() {
+                    json.insert("out-data".into(), Value::from(result.out));
+                }
+                out(&pretty(&Value::Object(json)));
+            }
             "create" => {
                 sim.qm_create(node, vmid(p.first())?, &parsed.options)
                     .await?

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 17] = [
+pub const OPS: [&str; 21] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -24,6 +24,12 @@ pub const OPS: [&str; 17] = [
     // Something that is not a VM answers at the id's address: at once
     // (`fail`), after `delay_ms` (`delay`), or never ends the probe (`hang`).
     "probe",
+    "clone",
+    "template",
+    // The guest agent does not answer (`fail`), or answers late.
+    "agent",
+    // cloud-init reports `status: error` with the message.
+    "cloud-init",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

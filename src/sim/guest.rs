@@ -158,6 +158,8 @@ impl SimCluster {
                 self.change(|s| {
                     if let Some(vm) = s.vms.get_mut(&vmid) {
                         vm.initialized = true;
+                        // The init scripts install qemu-guest-agent.
+                        vm.inside.agent = true;
                     }
                 });
                 Ok(())

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use super::state::{ClusterState, Guest, GuestKind, SimNode, SimStorage, SimVm};
+use super::state::{ClusterState, Guest, GuestKind, Inside, SimNode, SimStorage, SimVm};
 use crate::clock::now_ms;
 use crate::pve::CpuInfo;
 use crate::pve::drive::{GIB, MIB};
@@ -117,6 +117,15 @@ fn make_vm(
         mem_plateau: running.unwrap_or(512 * MIB),
         cpu_load: if running.is_some() { 0.04 } else { 0.0 },
         initialized: true,
+        // Made and booted by go-pve-qemu, whose script installs the agent.
+        inside: {
+            let mut inside = Inside {
+                agent: true,
+                ..Inside::default()
+            };
+            inside.boot(vmid);
+            inside
+        },
     }
 }
 

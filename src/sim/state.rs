@@ -101,6 +101,50 @@ pub struct SimVm {
     /// The init script has run inside (pvedeck's SSH initialization).
     #[serde(default)]
     pub initialized: bool,
+    /// What is on the guest's disk that makes it itself (a clone copies it).
+    #[serde(default)]
+    pub inside: Inside,
+}
+
+/// The parts of a guest's disk that identify it and what answers for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Inside {
+    /// `/etc/machine-id`: empty until a boot writes one (a fresh image, or
+    /// after `cloud-init clean --machine-id`).
+    pub machine_id: String,
+    /// `/etc/ssh/ssh_host_ed25519_key.pub` (without the comment): made by
+    /// sshd's first start when missing.
+    pub host_key: String,
+    /// qemu-guest-agent is installed (the init scripts install it).
+    pub agent: bool,
+}
+
+impl Inside {
+    /// What a boot writes where nothing is: a new machine-id, new host keys.
+    pub fn boot(&mut self, vmid: u32) {
+        if self.machine_id.is_empty() {
+            self.machine_id = format!("{:016x}{:016x}", random(vmid, 1), random(vmid, 2));
+        }
+        if self.host_key.is_empty() {
+            let mut blob = Vec::with_capacity(51);
+            // The wire form of an ed25519 public key: its type, then 32 bytes.
+            blob.extend_from_slice(&11u32.to_be_bytes());
+            blob.extend_from_slice(b"ssh-ed25519");
+            blob.extend_from_slice(&32u32.to_be_bytes());
+            for i in 0..4 {
+                blob.extend_from_slice(&random(vmid, 3 + i).to_be_bytes());
+            }
+            use base64::Engine as _;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&blob);
+            self.host_key = format!("ssh-ed25519 {encoded}");
+        }
+    }
+}
+
+/// 64 unpredictable bits (a new seed per call), for identities.
+fn random(vmid: u32, salt: u64) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((vmid, salt, now_ms()))
 }
 
 impl SimVm {
@@ -428,9 +472,28 @@ mod tests {
             mem_plateau: 0,
             cpu_load: 0.0,
             initialized: false,
+            inside: Inside::default(),
         };
         assert_eq!(vm.boot_disk_bytes(), 8 * GIB);
         assert_eq!(vm.memory_bytes(), 2048 * MIB);
         assert_eq!(vm.vcpus(), 4);
+    }
+
+    #[test]
+    fn a_boot_writes_a_missing_identity_and_keeps_an_existing_one() {
+        let mut inside = Inside::default();
+        inside.boot(107);
+        assert_eq!(inside.machine_id.len(), 32, "{}", inside.machine_id);
+        assert!(
+            inside
+                .host_key
+                .starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI")
+        );
+        let before = inside.clone();
+        inside.boot(107);
+        assert_eq!(inside, before, "a second boot changes nothing");
+        let mut other = Inside::default();
+        other.boot(107);
+        assert_ne!(other.machine_id, before.machine_id, "each VM its own");
     }
 }

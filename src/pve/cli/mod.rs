@@ -15,8 +15,8 @@ use async_trait::async_trait;
 
 use crate::config::Config;
 use crate::pve::{
-    GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError,
-    QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
+    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 use run::{Output, Runner};
 
@@ -246,6 +246,76 @@ impl Pve for CliBackend {
             "--with-local-disks".to_string(),
         ];
         self.on_streaming(node, "qm", args, out).await.map(drop)
+    }
+
+    async fn clone_vm(
+        &self,
+        node: &str,
+        source: u32,
+        vmid: u32,
+        name: &str,
+        mode: CloneMode,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let full = if mode == CloneMode::Full { "1" } else { "0" };
+        let args = vec![
+            "clone".to_string(),
+            source.to_string(),
+            vmid.to_string(),
+            "--name".into(),
+            name.to_string(),
+            "--full".into(),
+            full.into(),
+        ];
+        self.on_streaming(node, "qm", args, out).await.map(drop)
+    }
+
+    async fn template(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        let out = self
+            .on(node, "qm", vec!["template".into(), vmid.to_string()])
+            .await?;
+        // A failed conversion task still exits 0: the config says whether
+        // the VM became a template.
+        let config = self.config(node, vmid).await?;
+        if config.get("template").map(String::as_str) == Some("1") {
+            return Ok(());
+        }
+        let said = out.stderr.trim();
+        Err(PveError::command(
+            format!("qm template {vmid}"),
+            if said.is_empty() {
+                format!("VM {vmid} is not a template after qm template")
+            } else {
+                said.to_string()
+            },
+            0,
+        ))
+    }
+
+    async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        let args = vec!["agent".to_string(), vmid.to_string(), "ping".into()];
+        self.on(node, "qm", args).await.map(drop)
+    }
+
+    async fn agent_exec(
+        &self,
+        node: &str,
+        vmid: u32,
+        argv: &[String],
+        timeout_secs: u32,
+    ) -> Result<AgentExec, PveError> {
+        let mut args = vec![
+            "guest".to_string(),
+            "exec".into(),
+            vmid.to_string(),
+            "--timeout".into(),
+            timeout_secs.to_string(),
+            "--".into(),
+        ];
+        args.extend(argv.iter().cloned());
+        let shown = format!("qm guest exec {vmid}");
+        let out = self.on(node, "qm", args).await?;
+        parse::agent_exec(&shown, &out.stdout)
     }
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 
-use crate::pve::{PveError, StorageStatus};
+use crate::pve::{AgentExec, PveError, StorageStatus};
 
 fn bad(command: &str, detail: String) -> PveError {
     PveError::Parse {
@@ -25,6 +25,27 @@ pub fn json<T: DeserializeOwned>(command: &str, text: &str) -> Result<T, PveErro
     serde_json::from_str(line).map_err(|e| {
         let shown: String = line.chars().take(200).collect();
         bad(command, format!("{e} in line '{shown}'"))
+    })
+}
+
+/// `qm guest exec`: the agent's report as pretty JSON (several lines).
+pub fn agent_exec(command: &str, text: &str) -> Result<AgentExec, PveError> {
+    #[derive(serde::Deserialize)]
+    struct Report {
+        exitcode: Option<i32>,
+        #[serde(rename = "out-data", default)]
+        out: String,
+        #[serde(rename = "err-data", default)]
+        err: String,
+    }
+    let report: Report = serde_json::from_str(text.trim()).map_err(|e| {
+        let shown: String = text.chars().take(200).collect();
+        bad(command, format!("{e} in '{shown}'"))
+    })?;
+    Ok(AgentExec {
+        exitcode: report.exitcode,
+        out: report.out,
+        err: report.err,
     })
 }
 
@@ -237,6 +258,28 @@ nas                    nfs   inactive               0               0           
         let err = imported_volume("transferred 1.0 GiB of 2.0 GiB (50.00%)\n").unwrap_err();
         assert!(
             err.to_string().contains("last line 'transferred 1.0 GiB"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn agent_reports_read_as_qm_prints_them() {
+        let done = "{\n   \"exitcode\" : 0,\n   \"exited\" : 1,\n   \"out-data\" : \"status: done\\n\"\n}\n";
+        assert_eq!(
+            agent_exec("qm guest exec 107", done).unwrap(),
+            AgentExec {
+                exitcode: Some(0),
+                out: "status: done\n".into(),
+                err: String::new(),
+            }
+        );
+        // Still running at the timeout: no exit code yet.
+        let running = "{\n   \"exited\" : 0,\n   \"pid\" : 1234\n}\n";
+        assert_eq!(agent_exec("c", running).unwrap().exitcode, None);
+        let err = agent_exec("qm guest exec 107", "QEMU guest agent is not running").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("qm guest exec 107: cannot parse output"),
             "{err}"
         );
     }

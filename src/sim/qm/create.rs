@@ -116,6 +116,8 @@ impl SimCluster {
                     mem_plateau: (memory_mib * MIB / 4).max(180 * MIB),
                     cpu_load: 0.03,
                     initialized: false,
+                    // A fresh cloud image: no identity until it boots.
+                    inside: Default::default(),
                 },
             );
             Ok(())
@@ -230,6 +232,13 @@ impl SimCluster {
                 return Err(fail(
                     &command,
                     format!("VM {vmid} is running - destroy failed"),
+                ));
+            }
+            if let Some(base) = super::clone::base_in_use(s, vmid) {
+                let volname = base.split(':').nth(1).unwrap_or(&base);
+                return Err(fail(
+                    &command,
+                    format!("base volume '{volname}' is still in use by linked cloned"),
                 ));
             }
             Ok(())

@@ -2,8 +2,11 @@
 //! output lines as Proxmox VE 9 (see `shared/proxmox/FORMATS.md`), taking
 //! simulated time. One file per group of verbs: `create` (create,
 //! importdisk, destroy), `config` (set, resize, config), `power` (status,
-//! start, stop, shutdown, reboot), `migrate`.
+//! start, stop, shutdown, reboot), `migrate`, `clone` (clone, template),
+//! `agent` (agent ping, guest exec).
 
+mod agent;
+mod clone;
 mod config;
 mod create;
 mod migrate;

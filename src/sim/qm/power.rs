@@ -58,6 +58,7 @@ impl SimCluster {
                         vm.running = true;
                         vm.started = Some(now_ms());
                         vm.guest = Guest::Booting { ready_at };
+                        vm.inside.boot(vmid);
                     }
                 });
             }
@@ -90,6 +91,7 @@ impl SimCluster {
                     if let Some(vm) = vm_mut(s, vmid) {
                         vm.started = Some(now_ms());
                         vm.guest = Guest::Booting { ready_at };
+                        vm.inside.boot(vmid);
                     }
                 });
             }
