@@ -63,6 +63,8 @@ pub struct Config {
     pub assign_storage: String,
     pub assign_ip_start: u8,
     pub assign_ip_end: u8,
+    /// `TEMPLATE_ID_START`..=`TEMPLATE_ID_END`: where golden templates go.
+    pub template_ids: std::ops::RangeInclusive<u32>,
     pub allow_ips: AllowList,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
@@ -263,6 +265,13 @@ impl Vars<'_> {
             (end, start)
         };
 
+        let id = |var: &str, default: u64| -> Result<u32, ConfigError> {
+            let n = self.int_in(var, 100, 999_999_999)?.unwrap_or(default);
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        let (first, last) = (id("TEMPLATE_ID_START", 9000)?, id("TEMPLATE_ID_END", 9099)?);
+        let template_ids = first.min(last)..=first.max(last);
+
         let allow_ips = match self.get("ALLOW_IPS") {
             None => AllowList::everyone(),
             Some(raw) => AllowList::parse(raw).map_err(|entry| {
@@ -394,6 +403,7 @@ impl Vars<'_> {
             assign_storage,
             assign_ip_start,
             assign_ip_end,
+            template_ids,
             allow_ips,
             limits,
             vm_balloon_min_mb,
@@ -544,6 +554,7 @@ mod tests {
         assert_eq!(c.node_ip("pve3"), Some(Ipv4Addr::new(192, 168, 0, 13)));
         assert_eq!(c.assign_storage, "local-zfs");
         assert_eq!((c.assign_ip_start, c.assign_ip_end), (100, 254));
+        assert_eq!(c.template_ids, 9000..=9099);
         assert!(c.allow_ips.allows("203.0.113.9".parse().unwrap()));
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
         assert_eq!(c.ssh_poll_attempts, 60);

@@ -237,6 +237,8 @@ async fn openapi_describes_every_route() {
         "/api/vm/{id}/set/memory",
         "/api/vm/{id}/set/disk",
         "/api/vm/{id}/set/node",
+        "/api/templates",
+        "/api/templates/{id}",
         "/api/jobs",
         "/api/jobs/{id}",
         "/api/jobs/{id}/events",

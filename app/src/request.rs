@@ -316,26 +316,51 @@ pub fn install_disk(field: Field<String>, limits: &Limits) -> Result<Clamp<u64>,
     Ok(limits.clamp_disk(disk_gb(field)?))
 }
 
+/// The release an `os` and a `version` field name.
+fn release(os: Field<String>, version: Field<Version>) -> Result<Release, Refusal> {
+    let os_name = text(os, "os")?.ok_or_else(|| Refusal(messages::required("os")))?;
+    let os = Os::parse(&os_name)
+        .ok_or_else(|| Refusal(format!("os '{os_name}' is not one of: {}", Os::names())))?;
+    let version = match version {
+        Field::Absent => return refuse(messages::required("version")),
+        Field::Wrong => return refuse(messages::string("version")),
+        Field::Given(Version(v)) => v,
+    };
+    os::find(os, &version).ok_or_else(|| {
+        Refusal(format!(
+            "version '{version}' of {os} is not supported (supported: {})",
+            os.versions().join(", ")
+        ))
+    })
+}
+
+/// `POST /api/templates`: which golden template to build.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct TemplateBody {
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Os, required = true))]
+    pub os: Field<String>,
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = String, required = true))]
+    pub version: Field<Version>,
+}
+
+impl Body for TemplateBody {
+    type Checked = Release;
+
+    fn check(self, _: &Limits) -> Result<Release, Refusal> {
+        release(self.os, self.version)
+    }
+}
+
 impl Body for InstallBody {
     type Checked = InstallRequest;
 
     /// Checks in the order go-pve-qemu clients have seen: os, version,
     /// name, id, node, sizes, user, password, key.
     fn check(self, _: &Limits) -> Result<InstallRequest, Refusal> {
-        let os_name = text(self.os, "os")?.ok_or_else(|| Refusal(messages::required("os")))?;
-        let os = Os::parse(&os_name)
-            .ok_or_else(|| Refusal(format!("os '{os_name}' is not one of: {}", Os::names())))?;
-        let version = match self.version {
-            Field::Absent => return refuse(messages::required("version")),
-            Field::Wrong => return refuse(messages::string("version")),
-            Field::Given(Version(v)) => v,
-        };
-        let release = os::find(os, &version).ok_or_else(|| {
-            Refusal(format!(
-                "version '{version}' of {os} is not supported (supported: {})",
-                os.versions().join(", ")
-            ))
-        })?;
+        let release = release(self.os, self.version)?;
 
         let name = text(self.name, "name")?.unwrap_or_default();
         if let Some(refused) = rules::name_error(&name) {

@@ -162,6 +162,8 @@ pub enum JobKind {
     Start,
     Reboot,
     Migrate,
+    /// Building a golden template (`POST /api/templates`).
+    Template,
 }
 
 impl JobState {
@@ -183,6 +185,7 @@ impl JobKind {
             JobKind::Start => "start",
             JobKind::Reboot => "reboot",
             JobKind::Migrate => "migrate",
+            JobKind::Template => "template",
         }
     }
 }
@@ -209,6 +212,23 @@ pub enum VmOutcome {
     Destroyed,
     /// The VM stays, for debugging.
     Kept,
+}
+
+/// A golden template pvedeck built (or is building): `GET /api/templates`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct TemplateInfo {
+    pub vmid: u32,
+    /// `tpl-<os>-<version>`.
+    pub name: String,
+    pub os: String,
+    pub version: String,
+    pub node: String,
+    /// `ready`, or `building` while its job runs.
+    pub state: String,
+    /// The build job, while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]

@@ -9,11 +9,12 @@ mod openapi;
 pub mod sh;
 mod sim;
 mod sse;
+mod templates;
 mod vm;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 
 use crate::server::AppState;
 pub use error::{ApiError, status_of};
@@ -34,6 +35,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/vm/{id}/set/memory", post(vm::set_memory))
         .route("/vm/{id}/set/disk", post(vm::set_disk))
         .route("/vm/{id}/set/node", post(vm::set_node))
+        .route("/templates", get(templates::list).post(templates::build))
+        .route("/templates/{id}", delete(templates::delete))
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/events", get(jobs::events))

@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use utoipa::OpenApi;
 
 use app::os::RELEASES;
-use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
+use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
 use app::rules::{
     DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB, VMID_ADDRESSES,
 };
-use app::types::{Job, JobDetail, StepEvent, VmList};
+use app::types::{Job, JobDetail, StepEvent, TemplateInfo, VmList};
 
 use super::ApiError;
 use crate::server::AppState;
@@ -61,6 +61,9 @@ pub struct Done(#[allow(dead_code)] String);
         super::vm::set_memory,
         super::vm::set_disk,
         super::vm::set_node,
+        super::templates::list,
+        super::templates::build,
+        super::templates::delete,
         super::jobs::list,
         super::jobs::show,
         super::jobs::events,
@@ -70,6 +73,8 @@ pub struct Done(#[allow(dead_code)] String);
     components(
         schemas(
             InstallBody,
+            TemplateBody,
+            TemplateInfo,
             SetCpu,
             SetMemory,
             SetDisk,

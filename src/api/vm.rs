@@ -17,7 +17,7 @@ use crate::server::AppState;
 
 /// The `:id` of a VM route. Read before the body: a bad id is the first
 /// thing a client hears of. Where go-pve-qemu answered 500, we answer 400.
-pub struct VmId(u32);
+pub struct VmId(pub u32);
 
 fn vmid(raw: &str) -> Result<u32, ApiError> {
     raw.parse::<u32>()

@@ -40,6 +40,14 @@ pub(super) struct Failure {
 }
 
 impl Failure {
+    /// The same failure, but what it leaves is destroyed, not kept.
+    pub(super) fn destroying(mut self) -> Failure {
+        if self.cleanup == Cleanup::Keep {
+            self.cleanup = Cleanup::Destroy;
+        }
+        self
+    }
+
     pub(super) fn new(step: &Step<'_>, message: String, cleanup: Cleanup) -> Failure {
         Failure {
             step: step.name.clone(),
@@ -50,7 +58,7 @@ impl Failure {
 }
 
 /// A failed call as the step's error: `[-] <what>: <the error>`.
-fn failed<E: std::fmt::Display>(
+pub(super) fn failed<E: std::fmt::Display>(
     step: &Step<'_>,
     what: &str,
     cleanup: Cleanup,
@@ -163,31 +171,38 @@ impl Engine {
         let result = self.install_steps(&job, &request, &mut held, started).await;
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
-            Err((failure, vm)) => {
-                // The error first, at the step that failed; then what was
-                // done about the VM.
-                job.emit(StepEvent {
-                    step: failure.step.clone(),
-                    status: StepStatus::Error,
-                    message: failure.message,
-                    vm_id: None,
-                    ip: None,
-                });
-                let outcome = match (failure.cleanup, vm) {
-                    (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
-                    (Cleanup::Keep, Some((vmid, _))) => {
-                        let step = Step::new(&job, Some("cleanup"), "keeping VM");
-                        step.processing(format!("[*] VM {vmid} is kept for debugging"));
-                        VmOutcome::Kept
-                    }
-                    (Cleanup::Destroy, Some((vmid, node))) => {
-                        self.destroy_half_made(&job, vmid, &node).await
-                    }
-                };
-                job.finish(JobState::Failed, Some(outcome), Some(&failure.step));
-            }
+            Err((failure, vm)) => self.fail_job(&job, failure, vm).await,
         }
         drop(held);
+    }
+
+    /// Ends a job whose step failed: the error first, at that step; then
+    /// what §3.5 does about the VM, once one exists.
+    pub(super) async fn fail_job(
+        &self,
+        job: &JobHandle,
+        failure: Failure,
+        vm: Option<(u32, String)>,
+    ) {
+        job.emit(StepEvent {
+            step: failure.step.clone(),
+            status: StepStatus::Error,
+            message: failure.message,
+            vm_id: None,
+            ip: None,
+        });
+        let outcome = match (failure.cleanup, vm) {
+            (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
+            (Cleanup::Keep, Some((vmid, _))) => {
+                let step = Step::new(job, Some("cleanup"), "keeping VM");
+                step.processing(format!("[*] VM {vmid} is kept for debugging"));
+                VmOutcome::Kept
+            }
+            (Cleanup::Destroy, Some((vmid, node))) => {
+                self.destroy_half_made(job, vmid, &node).await
+            }
+        };
+        job.finish(JobState::Failed, Some(outcome), Some(&failure.step));
     }
 
     /// Reads now, beside the VMID probe, what the storage check and
@@ -629,7 +644,7 @@ impl Engine {
 
     /// `qm start` or `qm reboot`, then the wait for SSH: a failure of either
     /// keeps the VM (SPEC §3.5), with the seed's message for each.
-    async fn power_until_ready(
+    pub(super) async fn power_until_ready(
         &self,
         step: &Step<'_>,
         node: &str,

@@ -19,6 +19,7 @@ mod report;
 mod snapshot;
 mod sshkey;
 mod storage;
+mod templates;
 
 use std::sync::Arc;
 
@@ -51,6 +52,8 @@ pub struct Engine {
     /// The port pvedeck really listens on (`PORT=0` picks one), for the
     /// init script URL VMs fetch.
     listen_port: u16,
+    /// Golden templates being built.
+    template_builds: templates::Builds,
 }
 
 /// What an engine is made of besides its configuration.
@@ -109,6 +112,7 @@ impl Engine {
             clock: parts.clock,
             key_lock: tokio::sync::Mutex::new(()),
             listen_port: parts.listen_port,
+            template_builds: Default::default(),
         }
     }
 

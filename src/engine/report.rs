@@ -155,6 +155,18 @@ impl<'a> Step<'a> {
         });
     }
 
+    /// The last event of a job that made a VM with no address of its own
+    /// (a template).
+    pub fn made(&self, message: String, vm_id: u32) {
+        self.out.emit(StepEvent {
+            step: self.name.clone(),
+            status: StepStatus::Success,
+            message,
+            vm_id: Some(vm_id),
+            ip: None,
+        });
+    }
+
     pub fn started(&self) -> Instant {
         self.started
     }

@@ -34,11 +34,14 @@ impl SimCluster {
             if state.foreign_hosts.contains(&last) {
                 return (Knock::Foreign, false);
             }
-            let Some(node) = state.vms.get(&u32::from(last)).map(|vm| vm.node.clone()) else {
+            let Some(vmid) = state.vm_at(ip, last) else {
+                return (Knock::Nobody, false);
+            };
+            let Some(node) = state.vms.get(&vmid).map(|vm| vm.node.clone()) else {
                 return (Knock::Nobody, false);
             };
             let online = state.node_online(&node);
-            let Some(vm) = state.vms.get_mut(&u32::from(last)) else {
+            let Some(vm) = state.vms.get_mut(&vmid) else {
                 return (Knock::Nobody, false);
             };
             if !vm.running || !online {
@@ -57,7 +60,10 @@ impl SimCluster {
     }
 
     pub(super) async fn guest_probe(&self, ip: Ipv4Addr, _port: u16) -> bool {
-        let vmid = u32::from(ip.octets()[3]);
+        let vmid = self
+            .store
+            .read(|s| s.vm_at(ip, ip.octets()[3]))
+            .unwrap_or(u32::from(ip.octets()[3]));
         let strike = self.store.update(|s| {
             let strike = s.faults.check("probe", Some(vmid));
             let changed = strike != Strike::None;

@@ -237,6 +237,21 @@ pub async fn get(url: &str) -> (u16, String) {
     (status, res.text().await.expect("body"))
 }
 
+pub async fn delete(url: &str) -> (u16, String) {
+    let res = reqwest::Client::new()
+        .delete(url)
+        .send()
+        .await
+        .expect("request");
+    let status = res.status().as_u16();
+    (status, res.text().await.expect("body"))
+}
+
+/// A POST with a JSON body, answered as it comes (a stream to read).
+pub async fn open_post(url: &str, body: &str) -> reqwest::Response {
+    send_post(url, Some(body)).await
+}
+
 async fn send_post(url: &str, body: Option<&str>) -> reqwest::Response {
     let mut req = reqwest::Client::new().post(url);
     if let Some(body) = body {

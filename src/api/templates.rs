@@ -1,0 +1,60 @@
+//! pvedeck's golden templates (issue 10): list, build (streamed like an
+//! install), delete.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::Response;
+
+use app::request::TemplateBody;
+use app::types::TemplateInfo;
+
+use super::body::Checked;
+use super::openapi::{Done, Events, Refused};
+use super::vm::VmId;
+use super::{ApiError, sse};
+use crate::server::AppState;
+
+/// The templates pvedeck built, and those it is building.
+#[utoipa::path(
+    get,
+    tag = "templates",
+    path = "/api/templates",
+    responses((status = 200, description = "templates, by VMID", body = Vec<TemplateInfo>))
+)]
+pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<TemplateInfo>>, ApiError> {
+    Ok(Json(state.engine.templates().await?))
+}
+
+/// Builds the template of a release, streamed like an install; 409 when it
+/// exists or is being built.
+#[utoipa::path(
+    post,
+    tag = "templates",
+    path = "/api/templates",
+    request_body = TemplateBody,
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
+pub async fn build(
+    State(state): State<AppState>,
+    Checked(release): Checked<TemplateBody>,
+) -> Result<Response, ApiError> {
+    let job = state.engine.build_template(release).await?;
+    sse::job_events(state.engine.jobs(), job, 0)
+}
+
+/// `qm destroy --purge` of a template pvedeck built; 409 while it is being
+/// built or linked clones use it.
+#[utoipa::path(
+    delete,
+    tag = "templates",
+    path = "/api/templates/{id}",
+    params(("id" = u32, Path, description = "the template's VMID")),
+    responses((status = 200, response = Done), (status = "default", response = Refused))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    VmId(id): VmId,
+) -> Result<&'static str, ApiError> {
+    state.engine.delete_template(id).await?;
+    Ok("ok")
+}

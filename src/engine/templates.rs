@@ -1,0 +1,496 @@
+//! Golden templates (issue 10): one per OS release, built once by a job of
+//! its own. The cached image is imported into a VM of the template range,
+//! which boots on an address borrowed from the pool, runs the init script
+//! (guest agent, locale, time zone, swap) and has its identity cleaned —
+//! machine-id and SSH host keys, so that every clone writes its own at first
+//! boot — then shuts down and becomes a template. Any failure of a build
+//! destroys what it made: a half-built template is of no use.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use app::os::Release;
+use app::types::{JobKind, JobState, TemplateInfo};
+
+use super::allocator::Reservation;
+use super::install::{Cleanup, Failure, failed};
+use super::readiness::Boot;
+use super::report::{Out, Step};
+use super::{Engine, EngineError, sshkey, storage};
+use crate::jobs::JobHandle;
+use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, VmResource};
+
+/// The tag that marks a template pvedeck built (beside the os tag).
+pub const TAG: &str = "pvedeck-template";
+
+/// What removes a booted guest's identity: the next boot (a clone's first)
+/// writes a new machine-id and new host keys.
+const CLEAN_IDENTITY: &str = "cloud-init clean --logs --machine-id && rm -f /etc/ssh/ssh_host_*";
+
+/// Templates being built: template VMID → (name, job id).
+pub type Builds = std::sync::Mutex<BTreeMap<u32, (String, u64)>>;
+
+/// `tpl-debian-12`.
+pub fn template_name(release: &Release) -> String {
+    format!("tpl-{}-{}", release.os, release.version)
+}
+
+/// `tpl-<os>-<version>` → (os, version).
+fn release_of(name: &str) -> (String, String) {
+    let rest = name.strip_prefix("tpl-").unwrap_or(name);
+    match rest.split_once('-') {
+        Some((os, version)) => (os.to_string(), version.to_string()),
+        None => (rest.to_string(), String::new()),
+    }
+}
+
+fn info(vmid: u32, name: &str, node: &str, job: Option<u64>) -> TemplateInfo {
+    let (os, version) = release_of(name);
+    TemplateInfo {
+        vmid,
+        name: name.to_string(),
+        os,
+        version,
+        node: node.to_string(),
+        state: if job.is_some() { "building" } else { "ready" }.to_string(),
+        job,
+    }
+}
+
+/// Removes a build from the running ones when its job ends, however.
+struct Building<'a> {
+    builds: &'a Builds,
+    vmid: u32,
+}
+
+impl Drop for Building<'_> {
+    fn drop(&mut self) {
+        let mut builds = self.builds.lock().unwrap_or_else(|p| p.into_inner());
+        builds.remove(&self.vmid);
+    }
+}
+
+impl Engine {
+    fn builds(&self) -> BTreeMap<u32, (String, u64)> {
+        self.template_builds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A template pvedeck built: in the template range, tagged.
+    fn is_ours(&self, vm: &VmResource) -> bool {
+        vm.template
+            && self.config.template_ids.contains(&vm.vmid)
+            && vm
+                .tags
+                .as_deref()
+                .is_some_and(|tags| tags.split([';', ',']).any(|t| t == TAG))
+    }
+
+    /// `GET /api/templates`: the ready ones and those being built.
+    pub async fn templates(&self) -> Result<Vec<TemplateInfo>, EngineError> {
+        let view = self.cluster.read().await?;
+        let builds = self.builds();
+        let mut list: Vec<TemplateInfo> = view
+            .snapshot
+            .vms
+            .iter()
+            .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+            .map(|vm| info(vm.vmid, vm.name.as_deref().unwrap_or(""), &vm.node, None))
+            .collect();
+        for (vmid, (name, job)) in builds {
+            list.push(info(vmid, &name, &self.config.main_node, Some(job)));
+        }
+        list.sort_by_key(|t| t.vmid);
+        Ok(list)
+    }
+
+    /// `POST /api/templates`: refuses a release whose template exists or is
+    /// being built (409), picks the template's id, starts the build job.
+    pub async fn build_template(self: &Arc<Self>, release: Release) -> Result<u64, EngineError> {
+        let name = template_name(&release);
+        // A fresh read: the id must be free now, not two seconds ago.
+        let vms = self.proxmox.cluster_vms().await?;
+        if let Some(vm) = vms
+            .iter()
+            .find(|vm| self.is_ours(vm) && vm.name.as_deref() == Some(name.as_str()))
+        {
+            return Err(EngineError::Conflict(format!(
+                "template {name} exists (VM {}): delete it to build it again",
+                vm.vmid
+            )));
+        }
+        let vmid = {
+            let mut builds = self
+                .template_builds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some((_, job)) = builds.values().find(|(n, _)| *n == name) {
+                return Err(EngineError::Conflict(format!(
+                    "template {name} is being built (job {job})"
+                )));
+            }
+            let range = self.config.template_ids.clone();
+            let vmid = range
+                .clone()
+                .find(|id| !vms.iter().any(|vm| vm.vmid == *id) && !builds.contains_key(id))
+                .ok_or_else(|| {
+                    EngineError::Conflict(format!(
+                        "no free VMID in the template range {}-{}",
+                        range.start(),
+                        range.end()
+                    ))
+                })?;
+            // Held from here: the job's id is filled in once it exists.
+            builds.insert(vmid, (name.clone(), 0));
+            vmid
+        };
+        let started = self
+            .jobs
+            .start(JobKind::Template, Some(vmid), &format!("template {name}"));
+        let job = match started {
+            Ok(job) => job,
+            Err(e) => {
+                drop(Building {
+                    builds: &self.template_builds,
+                    vmid,
+                });
+                return Err(e.into());
+            }
+        };
+        let id = job.id();
+        if let Some(entry) = self
+            .template_builds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&vmid)
+        {
+            entry.1 = id;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let _building = Building {
+                builds: &engine.template_builds,
+                vmid,
+            };
+            engine.run_template(job, release, vmid, name).await;
+        });
+        Ok(id)
+    }
+
+    async fn run_template(&self, job: JobHandle, release: Release, vmid: u32, name: String) {
+        let started = Instant::now();
+        // The borrowed address goes back when the job ends.
+        let mut held: Option<Reservation> = None;
+        let node = self.config.main_node.clone();
+        let result = self
+            .template_steps(&job, &release, vmid, &name, &node, &mut held)
+            .await;
+        match result {
+            Ok(()) => {
+                let step = Step::new(&job, Some("template build"), "finalizing");
+                step.made(
+                    format!(
+                        "[+] template {name} (VM {vmid}) built in {:.2}s",
+                        started.elapsed().as_secs_f64()
+                    ),
+                    vmid,
+                );
+                job.finish(JobState::Succeeded, None, None);
+            }
+            Err((failure, made)) => {
+                let vm = made.then(|| (vmid, node.clone()));
+                self.fail_job(&job, failure, vm).await;
+            }
+        }
+        drop(held);
+    }
+
+    /// The build's steps; on failure, whether the VM exists.
+    async fn template_steps(
+        &self,
+        job: &JobHandle,
+        release: &Release,
+        vmid: u32,
+        name: &str,
+        node: &str,
+        held: &mut Option<Reservation>,
+    ) -> Result<(), (Failure, bool)> {
+        let before = |f: Failure| (f, false);
+        let made = |f: Failure| (f.destroying(), true);
+        let cfg = &self.config;
+
+        let step = Step::new(job, Some("preparation"), "choosing template ID");
+        step.success(&format!(
+            "[+] template {name}: VMID {vmid} (range {}-{})",
+            cfg.template_ids.start(),
+            cfg.template_ids.end()
+        ));
+
+        let step = Step::new(job, Some("preparation"), "borrowing an address");
+        let allocation = self
+            .allocator
+            .allocate(&self.proxmox, cfg.ssh_port)
+            .await
+            .map_err(failed(&step, "no address to borrow", Cleanup::Nothing))
+            .map_err(before)?;
+        let lent = allocation.reservation.vmid;
+        let ip = self
+            .allocator
+            .address(lent)
+            .map_err(|e| before(Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing)))?;
+        *held = Some(allocation.reservation);
+        step.success(&format!(
+            "[+] borrowed {ip}/24 (free VMID {lent}'s) while the template is built"
+        ));
+
+        let storage = &cfg.assign_storage;
+        let step = Step::new(job, Some("preparation"), "checking storage pool");
+        let checked = match self.cluster.recent().await {
+            Ok(view) => storage::check(&view.snapshot.storages, storage),
+            Err(e) => Err(e.into()),
+        };
+        checked.map_err(|e| before(Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing)))?;
+        step.success(&format!("[+] storage pool {storage} is available"));
+
+        let image = self
+            .os_image_stage(Out::Job(job), release)
+            .await
+            .map_err(before)?;
+        let key = self.ssh_key_stage(Out::Job(job)).await.map_err(before)?;
+
+        let step = Step::new(job, Some("template build"), "creating VM");
+        let nodes = match self.cluster.recent().await {
+            Ok(view) => view.snapshot.nodes.clone(),
+            Err(e) => {
+                return Err(before(failed(
+                    &step,
+                    "failed to create VM",
+                    Cleanup::Nothing,
+                )(e)));
+            }
+        };
+        let cpu_type = self
+            .cpu_baseline
+            .detect(&self.proxmox, &nodes)
+            .await
+            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))
+            .map_err(before)?;
+        let options: QmOptions = [
+            ("name", name.to_string()),
+            ("cores", "2".to_string()),
+            ("cpu", cpu_type.to_string()),
+            ("scsihw", "virtio-scsi-pci".to_string()),
+            ("memory", "2048".to_string()),
+            ("ostype", "l26".to_string()),
+            ("agent", "1".to_string()),
+            ("net0", "virtio,bridge=vmbr0".to_string()),
+            ("serial0", "socket".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        self.proxmox
+            .create(node, vmid, &options)
+            .await
+            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))
+            .map_err(before)?;
+        step.success(&format!("[+] VM {vmid} created"));
+
+        let step = Step::new(job, Some("template build"), "importing disk image");
+        step.processing("[*] import disk image");
+        let relay = |line: &str| {
+            if !line.starts_with("transferred ") || line.contains("0.00%)") {
+                step.relay(line);
+            }
+        };
+        let volume = self
+            .proxmox
+            .import_disk(node, vmid, &image, storage, &relay)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to import disk image",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
+        step.success(&format!("[+] disk image imported as {volume}"));
+
+        let step = Step::new(job, Some("template build"), "initializing configuration");
+        if let Some(probe) = allocation.late
+            && probe.answered().await
+        {
+            let why = format!("[-] {ip} answers: another host uses the borrowed address");
+            return Err(made(Failure::new(&step, why, Cleanup::Destroy)));
+        }
+        let fail = |e: &dyn std::fmt::Display| {
+            made(Failure::new(
+                &step,
+                format!(
+                    "[-] failed to initialize VM: {}",
+                    super::one_line(&e.to_string())
+                ),
+                Cleanup::Destroy,
+            ))
+        };
+        let keys =
+            sshkey::key_file(&key, None, None, &cfg.data_dir.join("tmp")).map_err(|e| fail(&e))?;
+        let user = release.os.default_user().to_string();
+        let options: QmOptions = [
+            ("sshkeys", keys.path().to_string_lossy().into_owned()),
+            ("ciuser", user.clone()),
+            ("ciupgrade", "0".to_string()),
+            ("tags", format!("{TAG};{}", release.os)),
+            ("scsi0", volume),
+            ("ide2", format!("{storage}:cloudinit")),
+            ("boot", "c".to_string()),
+            ("bootdisk", "scsi0".to_string()),
+            ("ipconfig0", format!("ip={ip}/24,gw={}", cfg.gateway)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        self.proxmox
+            .set(node, vmid, &options)
+            .await
+            .map_err(|e| fail(&e))?;
+        drop(keys);
+        step.success("[+] cloud-init set: pvedeck's key, the borrowed address");
+
+        let target = GuestTarget {
+            ip,
+            port: cfg.ssh_port,
+            user,
+            key: key.private.clone(),
+        };
+        let step = Step::new(job, Some("template build"), "waiting for ready");
+        step.processing("[*] starting VM");
+        self.power_until_ready(&step, node, vmid, &target, Boot::Start)
+            .await
+            .map_err(made)?;
+
+        let step = Step::new(job, Some("template build"), "SSH initialization");
+        let script = release.script_name();
+        let main_ip = cfg.node_ip(&cfg.main_node).unwrap_or(Ipv4Addr::LOCALHOST);
+        // No root password in a template: each clone gets its own.
+        let command = GuestCommand::InitScript {
+            url: format!("http://{main_ip}:{}/sh/{script}", self.listen_port),
+            script,
+            root_password: None,
+        };
+        let relay = |line: &str| step.relay(line);
+        self.proxmox
+            .guest_init(&target, &command, &relay)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to perform SSH initialization",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
+        step.success("[+] guest agent, locale, time zone and swap set up");
+
+        let step = Step::new(job, Some("template build"), "cleaning identity");
+        step.processing(format!("[*] through the guest agent: {CLEAN_IDENTITY}"));
+        let argv: Vec<String> = ["sh", "-c", CLEAN_IDENTITY].map(String::from).to_vec();
+        let report = self
+            .proxmox
+            .agent_exec(node, vmid, &argv, false)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to clean the identity",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
+        if report.exitcode != Some(0) {
+            let said = super::one_line(report.err.trim());
+            let why = format!(
+                "[-] failed to clean the identity: exit {}: {said}",
+                report
+                    .exitcode
+                    .map_or("none".to_string(), |c| c.to_string())
+            );
+            return Err(made(Failure::new(&step, why, Cleanup::Destroy)));
+        }
+        step.success("[+] machine-id and SSH host keys removed: each clone writes its own");
+
+        let step = Step::new(job, Some("template build"), "shutting down");
+        self.proxmox
+            .power(node, vmid, PowerAction::Shutdown)
+            .await
+            .map_err(failed(&step, "failed to shut down", Cleanup::Destroy))
+            .map_err(made)?;
+        step.success("[+] VM shut down");
+
+        let step = Step::new(job, Some("template build"), "converting to template");
+        // The borrowed address goes back: clones get their own.
+        let forget: QmOptions = vec![("delete".to_string(), "ipconfig0".to_string())];
+        self.proxmox
+            .set(node, vmid, &forget)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to convert to a template",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
+        self.proxmox
+            .template(node, vmid)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to convert to a template",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
+        step.success(&format!("[+] VM {vmid} is now template {name}"));
+        Ok(())
+    }
+
+    /// `DELETE /api/templates/:id`: a template pvedeck built and is not
+    /// building; Proxmox refuses while linked clones use it (409).
+    pub async fn delete_template(&self, vmid: u32) -> Result<(), EngineError> {
+        if let Some((name, job)) = self.builds().get(&vmid) {
+            return Err(EngineError::Conflict(format!(
+                "template {name} (VM {vmid}) is being built (job {job})"
+            )));
+        }
+        let vms = self.proxmox.cluster_vms().await?;
+        let vm = vms
+            .iter()
+            .find(|vm| vm.vmid == vmid && self.is_ours(vm))
+            .ok_or_else(|| {
+                EngineError::NotFound(format!("VM {vmid} is not a template pvedeck built"))
+            })?;
+        match self.proxmox.destroy(&vm.node, vmid, false).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.message().contains("still in use by linked clone") => {
+                Err(EngineError::Conflict(format!(
+                    "template {vmid} has linked clones: {}",
+                    e.message()
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_names_carry_the_release() {
+        let release = app::os::RELEASES[0];
+        let name = template_name(&release);
+        assert_eq!(name, format!("tpl-{}-{}", release.os, release.version));
+        assert_eq!(
+            release_of("tpl-ubuntu-24.04"),
+            ("ubuntu".to_string(), "24.04".to_string())
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! Golden templates (issue 10): a build job from the cached image to a
+//! template with a cleaned identity, listed apart from the VMs, refused when
+//! it exists or is being built, destroyed when a step fails.
+
+mod common;
+
+const DEBIAN: &str = r#"{"os":"debian","version":"12"}"#;
+
+#[tokio::test]
+async fn a_template_is_built_listed_apart_from_vms_and_deleted() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    // 9000 holds the demo cluster's own template, which pvedeck did not make.
+    let (_, job, events) = common::post_sse(&format!("{url}/api/templates"), DEBIAN).await;
+    let job = job.expect("x-job-id");
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let steps: Vec<&str> = events.iter().map(|e| e.step()).collect();
+    let order = [
+        "preparation > choosing template ID",
+        "preparation > borrowing an address",
+        "OS preparation > getting OS image",
+        "SSH preparation > checking SSH key",
+        "template build > creating VM",
+        "template build > importing disk image",
+        "template build > initializing configuration",
+        "template build > waiting for ready",
+        "template build > SSH initialization",
+        "template build > cleaning identity",
+        "template build > shutting down",
+        "template build > converting to template",
+        "template build > finalizing",
+    ];
+    let positions: Vec<usize> = order
+        .iter()
+        .map(|s| {
+            steps
+                .iter()
+                .position(|t| t == s)
+                .unwrap_or_else(|| panic!("{s}: {steps:?}"))
+        })
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+    let last = events.iter().rfind(|e| !e.is_close()).expect("events");
+    assert!(
+        last.message()
+            .starts_with("[+] template tpl-debian-12 (VM 9001) built in "),
+        "{last:?}"
+    );
+    assert_eq!(last.data["vm_id"], 9001);
+    let job_state = common::json(&format!("{url}/api/jobs/{job}")).await;
+    assert_eq!(job_state["kind"], "template");
+    assert_eq!(job_state["state"], "succeeded");
+
+    // The identity was cleaned through the agent, then the VM became a template.
+    let ran = common::commands(&server).await;
+    let at = |prefix: &str| {
+        ran.iter()
+            .position(|c| c.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{prefix}: {ran:#?}"))
+    };
+    assert!(
+        at(
+            "qm guest exec 9001 -- sh -c cloud-init clean --logs --machine-id && rm -f /etc/ssh/ssh_host_*"
+        ) < at("qm template 9001")
+    );
+
+    let templates = common::json(&format!("{url}/api/templates")).await;
+    assert_eq!(
+        templates,
+        serde_json::json!([{"vmid": 9001, "name": "tpl-debian-12", "os": "debian",
+            "version": "12", "node": "pve1", "state": "ready"}])
+    );
+    assert!(
+        common::vm(url, 9001).await.is_none(),
+        "a template is not a VM"
+    );
+
+    // The borrowed address went back to the pool: the next install gets it.
+    let borrowed = events
+        .iter()
+        .find(|e| e.step() == "preparation > borrowing an address" && e.status() == "success")
+        .expect("borrowed");
+    let lent = borrowed
+        .message()
+        .split("free VMID ")
+        .nth(1)
+        .and_then(|m| m.split('\'').next());
+    let (_, install) = common::install(url, DEBIAN).await;
+    let assigned = install
+        .iter()
+        .find(|e| e.message().starts_with("[+] auto-assigned VMID: "))
+        .expect("assigned");
+    assert_eq!(
+        assigned
+            .message()
+            .trim_start_matches("[+] auto-assigned VMID: ")
+            .split(' ')
+            .next(),
+        lent
+    );
+
+    // It exists: building it again is refused, as are releases that are not.
+    let (status, body) = common::post_json(&format!("{url}/api/templates"), DEBIAN).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            409,
+            "template tpl-debian-12 exists (VM 9001): delete it to build it again"
+        )
+    );
+    let (status, body) = common::post_json(
+        &format!("{url}/api/templates"),
+        r#"{"os":"debian","version":"99"}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.starts_with("version '99' of debian is not supported"),
+        "{body}"
+    );
+    let (status, _) = common::post_json(&format!("{url}/api/templates"), r#"{"os":"plan9"}"#).await;
+    assert_eq!(status, 400);
+
+    let (status, body) = common::delete(&format!("{url}/api/templates/101")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (404, "VM 101 is not a template pvedeck built")
+    );
+    assert_eq!(
+        common::delete(&format!("{url}/api/templates/9001")).await,
+        (200, "ok".to_string())
+    );
+    assert_eq!(
+        common::json(&format!("{url}/api/templates")).await,
+        serde_json::json!([])
+    );
+    assert_eq!(
+        common::delete(&format!("{url}/api/templates/9001")).await.0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn a_failed_build_destroys_what_it_made() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    common::fault(&server, r#"{"op":"ssh-init","action":"fail"}"#).await;
+    let (_, job, events) = common::post_sse(&format!("{url}/api/templates"), DEBIAN).await;
+    let failed = events
+        .iter()
+        .find(|e| e.status() == "error")
+        .expect("an error");
+    assert_eq!(failed.step(), "template build > SSH initialization");
+    assert!(
+        events.iter().any(|e| e.step() == "cleanup > destroying VM"
+            && e.message().starts_with("[+] VM 9001 destroyed")),
+        "{events:#?}"
+    );
+    let detail = common::json(&format!("{url}/api/jobs/{}", job.expect("job"))).await;
+    assert_eq!(detail["outcome"], "destroyed");
+    assert_eq!(
+        common::json(&format!("{url}/api/templates")).await,
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test]
+async fn a_template_being_built_is_neither_built_twice_nor_deleted() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    common::fault(&server, r#"{"op":"importdisk","action":"hang"}"#).await;
+    let stream = common::open_post(&format!("{url}/api/templates"), DEBIAN).await;
+    assert_eq!(stream.status(), 200);
+    // Read until the build is at the import, which hangs.
+    let events = common::read_until(stream, |e| {
+        e.step() == "template build > importing disk image"
+    })
+    .await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+
+    let listed = common::json(&format!("{url}/api/templates")).await;
+    assert_eq!(listed[0]["state"], "building", "{listed}");
+    assert_eq!(listed[0]["vmid"], 9001);
+    let (status, body) = common::post_json(&format!("{url}/api/templates"), DEBIAN).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.starts_with("template tpl-debian-12 is being built (job "),
+        "{body}"
+    );
+    let (status, body) = common::delete(&format!("{url}/api/templates/9001")).await;
+    assert_eq!(status, 409, "{body}");
+}
