@@ -95,6 +95,8 @@ pub struct Config {
     pub admin_keys_file: Option<PathBuf>,
     /// Which init scripts `/sh/` serves: the real ones or the harmless test set.
     pub init_scripts: ScriptSet,
+    /// `INSTALL_METHOD`: what `/api/vm/install` does without `method`.
+    pub install_method: app::request::InstallMethod,
     /// How often the cluster snapshot is refreshed while anyone reads it.
     pub snapshot_interval: Duration,
     /// Without a reader this long, the snapshot is not refreshed at all.
@@ -325,6 +327,11 @@ impl Vars<'_> {
             Some("test") => ScriptSet::Harmless,
             Some(other) => return Err(invalid("INIT_SCRIPTS", other, "is not one of: real, test")),
         };
+        let install_method = match self.get("INSTALL_METHOD") {
+            None => app::request::InstallMethod::Import,
+            Some(word) => app::request::InstallMethod::parse(word)
+                .ok_or_else(|| invalid("INSTALL_METHOD", word, "is not one of: clone, import"))?,
+        };
         let command_timeout = Duration::from_secs(
             self.int_in("COMMAND_TIMEOUT_SECS", 1, 86_400)?
                 .unwrap_or(300),
@@ -423,6 +430,7 @@ impl Vars<'_> {
             ssh_key_dir,
             admin_keys_file,
             init_scripts,
+            install_method,
             snapshot_interval,
             snapshot_idle,
             command_timeout,

@@ -190,3 +190,171 @@ async fn a_template_being_built_is_neither_built_twice_nor_deleted() {
     let (status, body) = common::delete(&format!("{url}/api/templates/9001")).await;
     assert_eq!(status, 409, "{body}");
 }
+
+const CLONE: &str = r#"{"os":"debian","version":"12","method":"clone"}"#;
+
+fn steps(events: &[common::Sse]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for e in events {
+        if !e.is_close() && names.last().map(String::as_str) != Some(e.step()) {
+            names.push(e.step().to_string());
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn a_clone_install_builds_the_template_once_links_to_it_and_is_ready_when_cloud_init_is_done()
+{
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    let (job, events) = common::install(url, CLONE).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    assert_eq!(
+        steps(&events),
+        [
+            "preparation > checking VMID",
+            "preparation > assigning IP",
+            "preparation > validating CPU and RAM",
+            "preparation > validating disk size",
+            "preparation > setting default config values",
+            "preparation > checking storage pool",
+            "template > finding template",
+            "SSH preparation > checking SSH key",
+            "VM creation > cloning template",
+            "VM initialization > initializing configuration",
+            "VM initialization > waiting for ready",
+            "VM initialization > finalizing",
+        ]
+    );
+    let building = events
+        .iter()
+        .find(|e| {
+            e.message()
+                .starts_with("[*] no template tpl-debian-12 yet: building it (job ")
+        })
+        .expect("the template was built first");
+    assert!(building.step() == "template > finding template");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message() == "[*] linked clone of tpl-debian-12 (VM 9001)"),
+        "{events:#?}"
+    );
+    let ready = events
+        .iter()
+        .find(|e| e.step() == "VM initialization > waiting for ready" && e.status() == "success")
+        .expect("ready");
+    assert!(
+        ready
+            .message()
+            .starts_with("[+] VM is ready: the guest agent answers and cloud-init is done")
+    );
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    assert_eq!(detail["state"], "succeeded");
+    let vmid = detail["vmid"].as_u64().expect("vmid");
+
+    // The second clone finds the template; neither imports, runs a script or reboots.
+    let (_, again) = common::install(url, CLONE).await;
+    assert!(
+        again.iter().any(|e| e
+            .message()
+            .starts_with("[+] template tpl-debian-12 (VM 9001)")),
+        "{again:#?}"
+    );
+    let ran = common::commands(&server).await;
+    assert!(
+        ran.iter()
+            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name {vmid} --full 0"))),
+        "{ran:#?}"
+    );
+    assert_eq!(
+        ran.iter().filter(|c| c.starts_with("qm template ")).count(),
+        1,
+        "one build"
+    );
+    for absent in [
+        format!("qm importdisk {vmid} "),
+        format!("qm reboot {vmid}"),
+    ] {
+        assert!(!ran.iter().any(|c| c.starts_with(&absent)), "{absent}");
+    }
+    assert!(
+        !ran.iter()
+            .any(|c| c.starts_with(&format!("ssh debian@{}", common::ip(vmid as u32)))),
+        "no SSH to the clone"
+    );
+    assert_eq!(
+        common::vm(url, vmid).await.expect("listed")["status"],
+        "running"
+    );
+}
+
+#[tokio::test]
+async fn install_method_is_checked_and_install_method_clone_makes_it_the_default() {
+    let server = common::server(&[("INSTALL_METHOD", "clone")]).await;
+    let url = &server.url;
+    let install = format!("{url}/api/vm/install");
+    let (status, body) = common::post_json(
+        &install,
+        r#"{"os":"debian","version":"12","method":"copy"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "method 'copy' is not one of: clone, import")
+    );
+    let (status, body) =
+        common::post_json(&install, r#"{"os":"debian","version":"12","method":1}"#).await;
+    assert_eq!((status, body.as_str()), (400, "method must be a string"));
+    assert!(
+        common::commands(&server)
+            .await
+            .iter()
+            .all(|c| !c.starts_with("qm ")),
+        "refused: no qm"
+    );
+
+    let (_, events) = common::install(url, r#"{"os":"debian","version":"12"}"#).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.step() == "VM creation > cloning template"),
+        "{events:#?}"
+    );
+    let (_, events) =
+        common::install(url, r#"{"os":"debian","version":"12","method":"import"}"#).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.step() == "VM creation > importing disk image"),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cloud_init_error_fails_the_clone_install_and_keeps_the_vm() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    let (_, _, built) = common::post_sse(&format!("{url}/api/templates"), DEBIAN).await;
+    assert!(built.iter().all(|e| e.status() != "error"), "{built:#?}");
+    common::fault(
+        &server,
+        r#"{"op":"cloud-init","action":"fail","message":"Failed to run module scripts_user"}"#,
+    )
+    .await;
+    let (job, events) = common::install(url, CLONE).await;
+    let failed = events
+        .iter()
+        .find(|e| e.status() == "error")
+        .expect("an error");
+    assert_eq!(failed.step(), "VM initialization > waiting for ready");
+    assert_eq!(
+        failed.message(),
+        "[-] cloud-init reported an error: status: error; Failed to run module scripts_user"
+    );
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    assert_eq!(detail["outcome"], "kept");
+    let vmid = detail["vmid"].as_u64().expect("vmid");
+    assert!(common::vm(url, vmid).await.is_some(), "kept for debugging");
+}

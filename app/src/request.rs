@@ -264,6 +264,33 @@ pub struct InstallBody {
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "ssr", schema(value_type = Option<String>))]
     pub pubkey: Field<String>,
+    /// `import` (the seed's pipeline) or `clone` (a linked clone of the
+    /// release's golden template); absent: `INSTALL_METHOD`.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<InstallMethod>))]
+    pub method: Field<String>,
+}
+
+/// How an install makes its VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub enum InstallMethod {
+    /// Import the cloud image, boot, run the init script, reboot (SPEC §3).
+    #[default]
+    Import,
+    /// Clone the golden template; ready when cloud-init is done.
+    Clone,
+}
+
+impl InstallMethod {
+    pub fn parse(word: &str) -> Option<InstallMethod> {
+        match word {
+            "import" => Some(InstallMethod::Import),
+            "clone" => Some(InstallMethod::Clone),
+            _ => None,
+        }
+    }
 }
 
 /// A checked install request. The sizes keep the values asked for:
@@ -282,6 +309,8 @@ pub struct InstallRequest {
     pub user: String,
     pub passwd: Secret,
     pub pubkey: Option<String>,
+    /// `None`: the server's default.
+    pub method: Option<InstallMethod>,
 }
 
 /// go-pve-qemu's zero values: 0 means "not given".
@@ -397,6 +426,14 @@ impl Body for InstallBody {
             Some(_) => return refuse(messages::PUBKEY),
         };
 
+        let method = match text(self.method, "method")? {
+            None => None,
+            Some(m) => Some(
+                InstallMethod::parse(&m)
+                    .ok_or_else(|| Refusal(format!("method '{m}' is not one of: clone, import")))?,
+            ),
+        };
+
         Ok(InstallRequest {
             release,
             name,
@@ -408,6 +445,7 @@ impl Body for InstallBody {
             user,
             passwd,
             pubkey,
+            method,
         })
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use app::request::InstallRequest;
+use app::request::{InstallMethod, InstallRequest};
 use app::rules::Clamp;
 use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
@@ -93,15 +93,33 @@ fn settle<T: Copy + std::fmt::Display>(
     clamp.value()
 }
 
+/// `VM initialization > finalizing`: the summary, each event with the VM's
+/// id and address.
+pub(super) fn finalizing(job: &JobHandle, started: Instant, vmid: u32, ip: Ipv4Addr, user: &str) {
+    let step = Step::new(job, Some("VM initialization"), "finalizing");
+    let ip = ip.to_string();
+    step.done(
+        format!(
+            "[+] VM installation completed in {:.2}s",
+            started.elapsed().as_secs_f64()
+        ),
+        vmid,
+        &ip,
+    );
+    step.done(format!("[*] VMID: {vmid}"), vmid, &ip);
+    step.done(format!("[*] IP: {ip}"), vmid, &ip);
+    step.done(format!("[*] User: {user}"), vmid, &ip);
+}
+
 /// What the `preparation` stage settles.
-struct Prepared {
-    vmid: u32,
-    ip: Ipv4Addr,
-    late: Option<LateProbe>,
-    name: String,
-    cpu: u32,
-    ram: u64,
-    disk_gb: u64,
+pub(super) struct Prepared {
+    pub(super) vmid: u32,
+    pub(super) ip: Ipv4Addr,
+    pub(super) late: Option<LateProbe>,
+    pub(super) name: String,
+    pub(super) cpu: u32,
+    pub(super) ram: u64,
+    pub(super) disk_gb: u64,
 }
 
 /// The install's settled values, once preparation is done.
@@ -168,7 +186,11 @@ impl Engine {
         self.warm_up();
         // The reservation lives until the job ends (it is dropped last).
         let mut held = reservation;
-        let result = self.install_steps(&job, &request, &mut held, started).await;
+        let method = request.method.unwrap_or(self.config.install_method);
+        let result = match method {
+            InstallMethod::Import => self.install_steps(&job, &request, &mut held, started).await,
+            InstallMethod::Clone => self.clone_steps(&job, &request, &mut held, started).await,
+        };
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
             Err((failure, vm)) => self.fail_job(&job, failure, vm).await,
@@ -264,19 +286,7 @@ impl Engine {
             .await
             .map_err(|f| (f, at(&plan)))?;
 
-        let step = Step::new(job, Some("VM initialization"), "finalizing");
-        let ip = plan.ip.to_string();
-        step.done(
-            format!(
-                "[+] VM installation completed in {:.2}s",
-                started.elapsed().as_secs_f64()
-            ),
-            plan.vmid,
-            &ip,
-        );
-        step.done(format!("[*] VMID: {}", plan.vmid), plan.vmid, &ip);
-        step.done(format!("[*] IP: {ip}"), plan.vmid, &ip);
-        step.done(format!("[*] User: {}", req.user), plan.vmid, &ip);
+        finalizing(job, started, plan.vmid, plan.ip, &req.user);
         Ok(())
     }
 
@@ -361,7 +371,7 @@ impl Engine {
 
     /// Stage `preparation`: the VMID, the address, the sizes, the name, the
     /// storage pool.
-    async fn preparation(
+    pub(super) async fn preparation(
         &self,
         out: Out<'_>,
         req: &InstallRequest,

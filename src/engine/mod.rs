@@ -5,6 +5,7 @@
 
 mod access;
 mod allocator;
+mod cloning;
 mod cpu;
 mod detail;
 mod disk;

@@ -73,7 +73,7 @@ impl Drop for Building<'_> {
 }
 
 impl Engine {
-    fn builds(&self) -> BTreeMap<u32, (String, u64)> {
+    pub(super) fn builds(&self) -> BTreeMap<u32, (String, u64)> {
         self.template_builds
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -81,7 +81,7 @@ impl Engine {
     }
 
     /// A template pvedeck built: in the template range, tagged.
-    fn is_ours(&self, vm: &VmResource) -> bool {
+    pub(super) fn is_ours(&self, vm: &VmResource) -> bool {
         vm.template
             && self.config.template_ids.contains(&vm.vmid)
             && vm

@@ -182,6 +182,7 @@ fn Form(catalog: Catalog) -> impl IntoView {
             },
             pubkey: Sent::text(&pubkey.get()),
             id: Sent::Absent,
+            method: Sent::Absent,
         };
         sending.set(true);
         server_error.set(None);

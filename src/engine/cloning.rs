@@ -1,0 +1,357 @@
+//! The clone path of an install (issue 10, `"method":"clone"`): the VM is a
+//! clone of the release's golden template — linked where the storage can,
+//! else a full copy — configured in one `qm set`, started, and ready when
+//! the guest agent answers and cloud-init reports `done` through it. No
+//! image import, no init script, no reboot.
+//!
+//! Failures follow §3.5 step by step: a failed clone leaves nothing (Proxmox
+//! removes it); a failed configuration destroys the clone; a failed start,
+//! readiness or cloud-init keeps it for debugging.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use app::os::Release;
+use app::request::InstallRequest;
+use app::types::JobState;
+
+use super::allocator::Reservation;
+use super::install::finalizing;
+use super::install::{Cleanup, Failure, failed};
+use super::report::{Out, Step, elapsed, one_line};
+use super::templates::template_name;
+use super::{Engine, memory, sshkey};
+use crate::jobs::{JobHandle, Update};
+use crate::pve::{CloneMode, PowerAction, QmOptions};
+
+/// The longest pause between two knocks on the guest agent: each is a
+/// `qm` start-up on the node.
+const AGENT_POLL_MAX: Duration = Duration::from_secs(1);
+
+/// A ready template: its id, node and name.
+struct Template {
+    vmid: u32,
+    node: String,
+    name: String,
+}
+
+/// Whether a storage type clones copy-on-write (Proxmox's `clone` feature
+/// on a base volume).
+fn links(kind: &str) -> bool {
+    matches!(kind, "zfspool" | "lvmthin" | "rbd")
+}
+
+impl Engine {
+    pub(super) async fn clone_steps(
+        self: &Arc<Self>,
+        job: &JobHandle,
+        req: &InstallRequest,
+        held: &mut Option<Reservation>,
+        started: Instant,
+    ) -> Result<(), (Failure, Option<(u32, String)>)> {
+        let none = |f: Failure| (f, None);
+        let p = self
+            .preparation(Out::Job(job), req, held)
+            .await
+            .map_err(none)?;
+        job.set_vmid(p.vmid);
+        let template = self.template_for(job, &req.release).await.map_err(none)?;
+        let key = self.ssh_key_stage(Out::Job(job)).await.map_err(none)?;
+        let vmid = p.vmid;
+        let mut node = template.node.clone();
+
+        let step = Step::new(job, Some("VM creation"), "cloning template");
+        let storage = &self.config.assign_storage;
+        let kind = match self.cluster.recent().await {
+            Ok(view) => view
+                .snapshot
+                .storages
+                .iter()
+                .find(|s| s.name == *storage)
+                .map(|s| s.kind.clone())
+                .unwrap_or_default(),
+            Err(e) => return Err(none(failed(&step, "failed to clone", Cleanup::Nothing)(e))),
+        };
+        let mode = if links(&kind) {
+            step.processing(format!(
+                "[*] linked clone of {} (VM {})",
+                template.name, template.vmid
+            ));
+            CloneMode::Linked
+        } else {
+            step.processing(format!(
+                "[*] full clone of {} (VM {}): storage {storage} ({kind}) cannot link clones",
+                template.name, template.vmid
+            ));
+            CloneMode::Full
+        };
+        let relay = |line: &str| step.relay(line);
+        self.proxmox
+            .clone_vm(&node, template.vmid, vmid, &p.name, mode, &relay)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to clone the template",
+                Cleanup::Nothing,
+            ))
+            .map_err(none)?;
+        step.success(&format!("[+] VM {vmid} cloned from {}", template.name));
+        let at = |node: &str| Some((vmid, node.to_string()));
+
+        let step = Step::new(job, Some("VM initialization"), "initializing configuration");
+        step.processing("[*] initializing VM");
+        let fail = |e: &dyn std::fmt::Display| {
+            Failure::new(
+                &step,
+                format!("[-] failed to initialize VM: {}", one_line(&e.to_string())),
+                Cleanup::Destroy,
+            )
+        };
+        if let Some(probe) = p.late
+            && probe.answered().await
+        {
+            let port = self.config.ssh_port;
+            let why = format!(
+                "{} answers on port {port}: another host uses the address VM {vmid} would get",
+                p.ip
+            );
+            return Err((fail(&why), at(&node)));
+        }
+        let keys = sshkey::key_file(
+            &key,
+            self.config.admin_keys_file.as_deref(),
+            req.pubkey.as_deref(),
+            &self.config.data_dir.join("tmp"),
+        )
+        .map_err(|e| (fail(&e), at(&node)))?;
+        let hash =
+            crate::secret::hash_password(req.passwd.expose()).map_err(|e| (fail(&e), at(&node)))?;
+        let mut options: QmOptions = [
+            ("cores", p.cpu.to_string()),
+            ("memory", p.ram.to_string()),
+            ("ciuser", req.user.clone()),
+            ("cipassword", hash),
+            ("sshkeys", keys.path().to_string_lossy().into_owned()),
+            // The template's tags are its own: the VM gets its OS's.
+            ("tags", req.release.os.to_string()),
+            (
+                "ipconfig0",
+                format!("ip={}/24,gw={}", p.ip, self.config.gateway),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        options.extend(memory::balloon_options(
+            p.ram,
+            self.config.vm_balloon_min_mb,
+        ));
+        self.proxmox
+            .set(&node, vmid, &options)
+            .await
+            .map_err(|e| (fail(&e), at(&node)))?;
+        drop(keys);
+        self.resize_to(&step, &node, vmid, p.disk_gb)
+            .await
+            .map_err(|e| (fail(&e), at(&node)))?;
+        step.success("[+] VM initialized successfully");
+
+        if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != node) {
+            let step = Step::new(job, Some("VM initialization"), "migrating VM");
+            step.processing(format!("[*] migrate VM to node {target}"));
+            let relay = |line: &str| step.relay(line);
+            self.proxmox
+                .migrate(&node, vmid, target.as_str(), &relay)
+                .await
+                .map_err(failed(&step, "failed to migrate VM", Cleanup::Keep))
+                .map_err(|f| (f, at(&node)))?;
+            node = target.to_string();
+            step.success(&format!("[+] VM migrated to node {target} successfully"));
+        }
+
+        let step = Step::new(job, Some("VM initialization"), "waiting for ready");
+        step.processing("[*] starting VM");
+        self.proxmox
+            .power(&node, vmid, PowerAction::Start)
+            .await
+            .map_err(failed(&step, "failed to start VM", Cleanup::Keep))
+            .map_err(|f| (f, at(&node)))?;
+        step.processing(format!(
+            "[*] VM started {}",
+            elapsed(step.started().elapsed())
+        ));
+        self.wait_for_cloud_init(&step, &node, vmid)
+            .await
+            .map_err(|f| (f, at(&node)))?;
+        step.success("[+] VM is ready: the guest agent answers and cloud-init is done");
+
+        finalizing(job, started, vmid, p.ip, &req.user);
+        Ok(())
+    }
+
+    /// Ready = the guest agent answers, then `cloud-init status --wait`
+    /// through it says `done`. An `error` there fails the install with
+    /// cloud-init's own words; the VM is kept.
+    async fn wait_for_cloud_init(
+        &self,
+        step: &Step<'_>,
+        node: &str,
+        vmid: u32,
+    ) -> Result<(), Failure> {
+        let cfg = &self.config;
+        let budget = cfg.ssh_poll_interval * cfg.ssh_poll_attempts;
+        let pause = cfg.ssh_poll_interval.min(AGENT_POLL_MAX);
+        let deadline = Instant::now() + budget;
+        let mut tries = 0u32;
+        loop {
+            match self.proxmox.agent_ping(node, vmid).await {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => {
+                    let why = format!("the guest agent did not answer: {}", one_line(&e.message()));
+                    return Err(failed(step, "failed to reach the VM", Cleanup::Keep)(why));
+                }
+                Err(_) => {
+                    tries += 1;
+                    if tries.is_multiple_of(10) {
+                        step.processing(format!("[*] waiting for the guest agent of VM {vmid}"));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+        step.processing("[*] the guest agent answers; waiting for cloud-init");
+        let argv: Vec<String> = ["cloud-init", "status", "--wait"]
+            .map(String::from)
+            .to_vec();
+        let report = self
+            .proxmox
+            .agent_exec(node, vmid, &argv, true)
+            .await
+            .map_err(failed(
+                step,
+                "failed to read cloud-init's status",
+                Cleanup::Keep,
+            ))?;
+        let said = report.out.trim();
+        if report.exitcode == Some(0) && said.ends_with("status: done") {
+            return Ok(());
+        }
+        let words = if said.is_empty() {
+            report.err.trim()
+        } else {
+            said
+        };
+        Err(Failure::new(
+            step,
+            format!("[-] cloud-init reported an error: {}", one_line(words)),
+            Cleanup::Keep,
+        ))
+    }
+
+    /// Stage `template`: the release's ready template, built first (a job
+    /// of its own, followed here) when there is none.
+    async fn template_for(
+        self: &Arc<Self>,
+        job: &JobHandle,
+        release: &Release,
+    ) -> Result<Template, Failure> {
+        let step = Step::new(job, Some("template"), "finding template");
+        let name = template_name(release);
+        step.processing(format!("[*] looking for template {name}"));
+        if let Some(t) = self.ready_template(&name).await.map_err(failed(
+            &step,
+            "failed to find the template",
+            Cleanup::Nothing,
+        ))? {
+            step.success(&format!("[+] template {name} (VM {})", t.vmid));
+            return Ok(t);
+        }
+        let building = self
+            .builds()
+            .into_iter()
+            .find(|(_, (n, _))| *n == name)
+            .map(|(_, (_, job))| job);
+        let build = match building {
+            Some(id) => id,
+            None => self.build_template(*release).await.map_err(failed(
+                &step,
+                "failed to build the template",
+                Cleanup::Nothing,
+            ))?,
+        };
+        step.processing(format!(
+            "[*] no template {name} yet: building it (job {build})"
+        ));
+        let follow = self.jobs.follow(build, 0).map_err(failed(
+            &step,
+            "failed to follow the template build",
+            Cleanup::Nothing,
+        ))?;
+        if let Some(mut updates) = follow {
+            while let Some(update) = updates.recv().await {
+                match update {
+                    Update::Event(e) => {
+                        step.relay(&format!("{}: {}", e.event.step, e.event.message));
+                    }
+                    Update::Closed => break,
+                }
+            }
+        }
+        let built = self
+            .jobs
+            .job(build)
+            .ok()
+            .flatten()
+            .is_some_and(|j| j.state == JobState::Succeeded);
+        let found = if built {
+            self.ready_template(&name).await.ok().flatten()
+        } else {
+            None
+        };
+        match found {
+            Some(t) => {
+                step.success(&format!("[+] template {name} built (VM {})", t.vmid));
+                Ok(t)
+            }
+            None => Err(Failure::new(
+                &step,
+                format!("[-] the build of template {name} failed (job {build})"),
+                Cleanup::Nothing,
+            )),
+        }
+    }
+
+    /// The release's template, ready (built and not being rebuilt), from a
+    /// fresh read.
+    async fn ready_template(&self, name: &str) -> Result<Option<Template>, crate::pve::PveError> {
+        let builds = self.builds();
+        let vms = self.proxmox.cluster_vms().await?;
+        Ok(vms
+            .iter()
+            .find(|vm| {
+                self.is_ours(vm)
+                    && vm.name.as_deref() == Some(name)
+                    && !builds.contains_key(&vm.vmid)
+            })
+            .map(|vm| Template {
+                vmid: vm.vmid,
+                node: vm.node.clone(),
+                name: name.to_string(),
+            }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_copy_on_write_storages_link_clones() {
+        for kind in ["zfspool", "lvmthin", "rbd"] {
+            assert!(links(kind), "{kind}");
+        }
+        for kind in ["dir", "nfs", "lvm", ""] {
+            assert!(!links(kind), "{kind}");
+        }
+    }
+}
