@@ -386,10 +386,14 @@ mod tests {
     async fn probe_tells_open_from_closed_ports_on_loopback() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let open = listener.local_addr().unwrap().port();
+        // Bound but not listening: connections are refused, and no other
+        // test can take the port meanwhile (a dropped listener's could be).
+        let closed_socket = tokio::net::TcpSocket::new_v4().unwrap();
+        closed_socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let closed = closed_socket.local_addr().unwrap().port();
         let config = Config::from_vars([("PORT", "0")]).unwrap();
         let backend = CliBackend::new(&config);
         assert!(backend.probe(Ipv4Addr::LOCALHOST, open).await);
-        drop(listener);
-        assert!(!backend.probe(Ipv4Addr::LOCALHOST, open).await);
+        assert!(!backend.probe(Ipv4Addr::LOCALHOST, closed).await);
     }
 }
