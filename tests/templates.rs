@@ -224,6 +224,7 @@ async fn a_clone_install_builds_the_template_once_links_to_it_and_is_ready_when_
             "VM creation > cloning template",
             "VM initialization > initializing configuration",
             "VM initialization > waiting for ready",
+            "VM initialization > verifying identity",
             "VM initialization > finalizing",
         ]
     );
@@ -357,4 +358,72 @@ async fn a_cloud_init_error_fails_the_clone_install_and_keeps_the_vm() {
     assert_eq!(detail["outcome"], "kept");
     let vmid = detail["vmid"].as_u64().expect("vmid");
     assert!(common::vm(url, vmid).await.is_some(), "kept for debugging");
+}
+
+#[tokio::test]
+async fn clones_prove_their_own_identity_and_a_template_that_kept_its_own_is_caught() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    // Two clones of a cleaned template: each its own identity, its host key
+    // fingerprint in the summary and on the last events.
+    let fingerprint = |events: &[common::Sse]| {
+        let last = events.iter().rfind(|e| !e.is_close()).expect("events");
+        let key = last.data["host_key"]
+            .as_str()
+            .expect("host_key")
+            .to_string();
+        assert!(key.starts_with("SHA256:") && key.len() == 50, "{key}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e.message() == format!("[*] Host key: {key}"))
+        );
+        key
+    };
+    let (_, first) = common::install(url, CLONE).await;
+    let (_, second) = common::install(url, CLONE).await;
+    for events in [&first, &second] {
+        assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+        assert!(events.iter().any(|e| {
+            e.step() == "VM initialization > verifying identity"
+                && e.message()
+                    .starts_with("[+] identity verified: machine-id ")
+        }));
+    }
+    assert_ne!(fingerprint(&first), fingerprint(&second));
+
+    // A template whose cleaning did nothing: its first clone is caught.
+    assert_eq!(
+        common::delete(&format!("{url}/api/templates/9001")).await.0,
+        409,
+        "clones use it"
+    );
+    common::fault(&server, r#"{"op":"clean","action":"fail"}"#).await;
+    let ubuntu = r#"{"os":"ubuntu","version":"24.04"}"#;
+    let (_, _, built) = common::post_sse(&format!("{url}/api/templates"), ubuntu).await;
+    assert!(built.iter().all(|e| e.status() != "error"), "{built:#?}");
+    let tpl = built.iter().rfind(|e| !e.is_close()).expect("built").data["vm_id"]
+        .as_u64()
+        .expect("id");
+    let (job, events) =
+        common::install(url, r#"{"os":"ubuntu","version":"24.04","method":"clone"}"#).await;
+    let failed = events
+        .iter()
+        .find(|e| e.status() == "error")
+        .expect("caught");
+    assert_eq!(failed.step(), "VM initialization > verifying identity");
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    let vmid = detail["vmid"].as_u64().expect("vmid");
+    assert_eq!(
+        failed.message(),
+        format!(
+            "[-] VM {vmid} has the same machine-id as template tpl-ubuntu-24.04 (VM {tpl}): it \
+             was cloned from a template whose identity was not cleaned"
+        )
+    );
+    assert_eq!(detail["outcome"], "kept");
+    assert!(
+        events.iter().all(|e| e.data.get("host_key").is_none()),
+        "no fingerprint for it"
+    );
 }

@@ -171,6 +171,7 @@ mod tests {
                 message: message.into(),
                 vm_id: None,
                 ip: None,
+                host_key: None,
             },
         }
     }

@@ -140,6 +140,10 @@ pub struct StepEvent {
     pub vm_id: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The VM's SSH host key fingerprint (`SHA256:…`), as its guest agent
+    /// reported it: on the install's last events, clone path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<String>,
 }
 
 /// A stored event: its place in the job's log and when it happened.
@@ -274,6 +278,8 @@ struct JobEventFields {
     vm_id: Option<u32>,
     #[serde(default)]
     ip: Option<String>,
+    #[serde(default)]
+    host_key: Option<String>,
 }
 
 impl From<JobEventFields> for JobEvent {
@@ -287,6 +293,7 @@ impl From<JobEventFields> for JobEvent {
                 message: f.message,
                 vm_id: f.vm_id,
                 ip: f.ip,
+                host_key: f.host_key,
             },
         }
     }
@@ -443,6 +450,7 @@ mod tests {
                     message: "[+] auto-assigned VMID: 101".into(),
                     vm_id: Some(101),
                     ip: None,
+                    host_key: None,
                 },
             }],
         };

@@ -185,7 +185,39 @@ impl Engine {
             .map_err(|f| (f, at(&node)))?;
         step.success("[+] VM is ready: the guest agent answers and cloud-init is done");
 
-        finalizing(job, started, vmid, p.ip, &req.user);
+        let step = Step::new(job, Some("VM initialization"), "verifying identity");
+        step.processing("[*] reading machine-id and SSH host key through the guest agent");
+        let refuse = |why: String| {
+            (
+                Failure::new(&step, format!("[-] {why}"), Cleanup::Keep),
+                at(&node),
+            )
+        };
+        let identity = self.read_identity(&node, vmid).await.map_err(refuse)?;
+        let vms = self
+            .proxmox
+            .cluster_vms()
+            .await
+            .map_err(|e| refuse(e.to_string()))?;
+        let alive = |other: u32| {
+            vms.iter().find(|vm| vm.vmid == other).map(|vm| {
+                let name = vm.name.clone().unwrap_or_default();
+                if vm.template {
+                    format!("template {name} (VM {other})")
+                } else {
+                    format!("VM {other} ({name})")
+                }
+            })
+        };
+        self.claim_identity(vmid, &identity, &alive)
+            .map_err(refuse)?;
+        let fingerprint = identity.fingerprint().unwrap_or_default();
+        step.success(&format!(
+            "[+] identity verified: machine-id {}, host key {fingerprint}",
+            identity.machine_id
+        ));
+
+        finalizing(job, started, vmid, p.ip, &req.user, Some(&fingerprint));
         Ok(())
     }
 

@@ -95,20 +95,27 @@ fn settle<T: Copy + std::fmt::Display>(
 
 /// `VM initialization > finalizing`: the summary, each event with the VM's
 /// id and address.
-pub(super) fn finalizing(job: &JobHandle, started: Instant, vmid: u32, ip: Ipv4Addr, user: &str) {
+pub(super) fn finalizing(
+    job: &JobHandle,
+    started: Instant,
+    vmid: u32,
+    ip: Ipv4Addr,
+    user: &str,
+    host_key: Option<&str>,
+) {
     let step = Step::new(job, Some("VM initialization"), "finalizing");
     let ip = ip.to_string();
-    step.done(
-        format!(
-            "[+] VM installation completed in {:.2}s",
-            started.elapsed().as_secs_f64()
-        ),
-        vmid,
-        &ip,
-    );
-    step.done(format!("[*] VMID: {vmid}"), vmid, &ip);
-    step.done(format!("[*] IP: {ip}"), vmid, &ip);
-    step.done(format!("[*] User: {user}"), vmid, &ip);
+    let done = |message: String| step.done_keyed(message, vmid, &ip, host_key);
+    done(format!(
+        "[+] VM installation completed in {:.2}s",
+        started.elapsed().as_secs_f64()
+    ));
+    done(format!("[*] VMID: {vmid}"));
+    done(format!("[*] IP: {ip}"));
+    done(format!("[*] User: {user}"));
+    if let Some(key) = host_key {
+        done(format!("[*] Host key: {key}"));
+    }
 }
 
 /// What the `preparation` stage settles.
@@ -212,6 +219,7 @@ impl Engine {
             message: failure.message,
             vm_id: None,
             ip: None,
+            host_key: None,
         });
         let outcome = match (failure.cleanup, vm) {
             (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
@@ -286,7 +294,7 @@ impl Engine {
             .await
             .map_err(|f| (f, at(&plan)))?;
 
-        finalizing(job, started, plan.vmid, plan.ip, &req.user);
+        finalizing(job, started, plan.vmid, plan.ip, &req.user, None);
         Ok(())
     }
 

@@ -10,6 +10,7 @@ mod cpu;
 mod detail;
 mod disk;
 mod error;
+mod identity;
 mod images;
 mod install;
 mod lifecycle;

@@ -120,6 +120,7 @@ impl<'a> Step<'a> {
             message,
             vm_id: None,
             ip: None,
+            host_key: None,
         });
     }
 
@@ -146,12 +147,18 @@ impl<'a> Step<'a> {
 
     /// A final event carrying the VM's id and address.
     pub fn done(&self, message: String, vm_id: u32, ip: &str) {
+        self.done_keyed(message, vm_id, ip, None);
+    }
+
+    /// `done`, with the VM's host key fingerprint when it is known.
+    pub fn done_keyed(&self, message: String, vm_id: u32, ip: &str, host_key: Option<&str>) {
         self.out.emit(StepEvent {
             step: self.name.clone(),
             status: StepStatus::Success,
             message,
             vm_id: Some(vm_id),
             ip: Some(ip.to_string()),
+            host_key: host_key.map(str::to_string),
         });
     }
 
@@ -164,6 +171,7 @@ impl<'a> Step<'a> {
             message,
             vm_id: Some(vm_id),
             ip: None,
+            host_key: None,
         });
     }
 

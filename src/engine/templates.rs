@@ -394,6 +394,25 @@ impl Engine {
         step.success("[+] guest agent, locale, time zone and swap set up");
 
         let step = Step::new(job, Some("template build"), "cleaning identity");
+        // What the build's boot wrote is recorded first: a clone that still
+        // has it (the cleaning did not take) is caught as a duplicate.
+        let before = self
+            .read_identity(node, vmid)
+            .await
+            .map_err(|why| made(Failure::new(&step, format!("[-] {why}"), Cleanup::Destroy)))?;
+        self.jobs
+            .record_identity(
+                vmid,
+                &before.machine_id,
+                &before.host_key,
+                crate::clock::now_ms(),
+            )
+            .map_err(failed(
+                &step,
+                "failed to record the identity",
+                Cleanup::Destroy,
+            ))
+            .map_err(made)?;
         step.processing(format!("[*] through the guest agent: {CLEAN_IDENTITY}"));
         let argv: Vec<String> = ["sh", "-c", CLEAN_IDENTITY].map(String::from).to_vec();
         let report = self

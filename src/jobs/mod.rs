@@ -54,6 +54,7 @@ impl Jobs {
                 message: "[-] interrupted: pvedeck stopped while this job ran".to_string(),
                 vm_id: None,
                 ip: None,
+                host_key: None,
             };
             store.append(job.id, seq, now_ms(), &event)?;
             store.finish(job.id, JobState::Interrupted, now_ms(), None, Some(&step))?;
@@ -93,6 +94,21 @@ impl Jobs {
 
     pub fn list(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
         self.store.jobs(limit)
+    }
+
+    /// The identities of the VMs pvedeck made, kept beside their jobs.
+    pub fn record_identity(
+        &self,
+        vmid: u32,
+        machine_id: &str,
+        host_key: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.store.record_identity(vmid, machine_id, host_key, at)
+    }
+
+    pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
+        self.store.identities()
     }
 
     pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
@@ -227,6 +243,7 @@ impl Drop for JobHandle {
                 message: "[-] the job ended unexpectedly".to_string(),
                 vm_id: None,
                 ip: None,
+                host_key: None,
             });
             self.finish(JobState::Failed, None, Some("pvedeck"));
         }
@@ -244,6 +261,7 @@ mod tests {
             message: format!("line {n}"),
             vm_id: None,
             ip: None,
+            host_key: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 21] = [
+pub const OPS: [&str; 22] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -30,6 +30,9 @@ pub const OPS: [&str; 21] = [
     "agent",
     // cloud-init reports `status: error` with the message.
     "cloud-init",
+    // Cleaning the identity (`cloud-init clean`, host keys removed) says
+    // it worked and changes nothing: a template that keeps its identity.
+    "clean",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

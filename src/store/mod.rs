@@ -55,7 +55,16 @@ CREATE TABLE IF NOT EXISTS events (
     ip      TEXT,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS identities (
+    vmid       INTEGER PRIMARY KEY,
+    machine_id TEXT    NOT NULL,
+    host_key   TEXT    NOT NULL,
+    recorded   INTEGER NOT NULL
+);
 ";
+
+/// Columns added after a database was first made: (table, column, type).
+const ADDED_COLUMNS: [(&str, &str, &str); 1] = [("events", "host_key", "TEXT")];
 
 /// Enums are stored as the words their JSON uses.
 fn word<T: Serialize>(value: &T) -> String {
@@ -106,6 +115,18 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        for (table, column, kind) in ADDED_COLUMNS {
+            let has: bool = conn
+                .prepare(&format!(
+                    "SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1"
+                ))
+                .and_then(|mut s| s.exists(params![column]))
+                .map_err(open_err)?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+                    .map_err(open_err)?;
+            }
+        }
         Ok(Store {
             conn: Mutex::new(conn),
         })
@@ -138,8 +159,8 @@ impl Store {
 
     pub fn append(&self, id: u64, seq: u64, at: i64, ev: &StepEvent) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT INTO events (job_id, seq, at, step, status, message, vm_id, ip)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO events (job_id, seq, at, step, status, message, vm_id, ip, host_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 id,
                 seq,
@@ -148,7 +169,8 @@ impl Store {
                 word(&ev.status),
                 ev.message,
                 ev.vm_id,
-                ev.ip
+                ev.ip,
+                ev.host_key
             ],
         )?;
         Ok(())
@@ -202,7 +224,7 @@ impl Store {
     pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT seq, at, step, status, message, vm_id, ip FROM events
+            "SELECT seq, at, step, status, message, vm_id, ip, host_key FROM events
              WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
         )?;
         let rows = stmt.query_map(params![id, after], |row| {
@@ -216,9 +238,34 @@ impl Store {
                     message: row.get(4)?,
                     vm_id: row.get(5)?,
                     ip: row.get(6)?,
+                    host_key: row.get(7)?,
                 },
             })
         })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// What a VM pvedeck made proved to be (through the guest agent).
+    pub fn record_identity(
+        &self,
+        vmid: u32,
+        machine_id: &str,
+        host_key: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO identities (vmid, machine_id, host_key, recorded)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![vmid, machine_id, host_key, at],
+        )?;
+        Ok(())
+    }
+
+    /// Every recorded identity: (vmid, machine-id, host key).
+    pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT vmid, machine_id, host_key FROM identities")?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -256,6 +303,7 @@ mod tests {
                 message: "[+] \"quoted\" ünïcode \\ back".into(),
                 vm_id: Some(101),
                 ip: Some("192.168.0.101".into()),
+                host_key: Some("SHA256:abc".into()),
             };
             store.append(id, 1, 2, &ev).unwrap();
             store.set_vmid(id, 101).unwrap();
@@ -281,5 +329,37 @@ mod tests {
         assert!(store.events(id, 1).unwrap().is_empty());
         assert_eq!(store.last_seq(id).unwrap(), 1);
         assert!(store.running_jobs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_database_from_before_host_keys_gains_the_column_and_keeps_its_events() {
+        let path = temp_db("migrate");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            // The schema before identities; events without host_key.
+            let old = SCHEMA
+                .split("CREATE TABLE IF NOT EXISTS identities")
+                .next()
+                .unwrap();
+            conn.execute_batch(old).unwrap();
+            conn.execute_batch(
+                "INSERT INTO jobs (kind, state, title, created) VALUES ('install', 'succeeded', 't', 1);
+                 INSERT INTO events VALUES (1, 1, 1, 's', 'success', 'm', 101, '192.168.0.101');",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let events = store.events(1, 0).unwrap();
+        assert_eq!(events[0].event.ip.as_deref(), Some("192.168.0.101"));
+        assert_eq!(events[0].event.host_key, None);
+        store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
+        store
+            .record_identity(107, "m2", "ssh-ed25519 K2", 3)
+            .unwrap();
+        assert_eq!(
+            store.identities().unwrap(),
+            vec![(107, "m2".to_string(), "ssh-ed25519 K2".to_string())]
+        );
     }
 }

@@ -1,0 +1,145 @@
+//! A VM's identity, read through the guest agent (a channel through the
+//! hypervisor, not the network): its machine-id and SSH host key. A VM that
+//! shares either with another VM or template pvedeck made — a clone of a
+//! template whose identity was not cleaned — is not called ready.
+
+use base64::Engine as _;
+use sha2::Digest;
+
+use super::Engine;
+use crate::clock::now_ms;
+use crate::pve::PveError;
+
+/// What makes a guest itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub machine_id: String,
+    /// `ssh-ed25519 AAAA…` (type and key, no comment).
+    pub host_key: String,
+}
+
+impl Identity {
+    /// `SHA256:…`, as `ssh-keygen -l` prints it.
+    pub fn fingerprint(&self) -> Option<String> {
+        fingerprint(&self.host_key)
+    }
+}
+
+pub fn fingerprint(host_key: &str) -> Option<String> {
+    let blob = host_key.split_whitespace().nth(1)?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .ok()?;
+    let digest = sha2::Sha256::digest(&bytes);
+    Some(format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
+    ))
+}
+
+/// Which part two identities share, if any.
+fn shared(a: &Identity, b_machine_id: &str, b_host_key: &str) -> Option<&'static str> {
+    if !a.machine_id.is_empty() && a.machine_id == b_machine_id {
+        Some("machine-id")
+    } else if !a.host_key.is_empty() && a.host_key == b_host_key {
+        Some("SSH host key")
+    } else {
+        None
+    }
+}
+
+impl Engine {
+    /// The machine-id and ed25519 host key, through the guest agent.
+    pub(super) async fn read_identity(&self, node: &str, vmid: u32) -> Result<Identity, String> {
+        let read = |path: &'static str| async move {
+            let argv = vec!["cat".to_string(), path.to_string()];
+            let report = self
+                .proxmox
+                .agent_exec(node, vmid, &argv, false)
+                .await
+                .map_err(|e: PveError| e.to_string())?;
+            match report.exitcode {
+                Some(0) => Ok(report.out.trim().to_string()),
+                code => Err(format!(
+                    "cat {path}: exit {}: {}",
+                    code.map_or("none".to_string(), |c| c.to_string()),
+                    report.err.trim()
+                )),
+            }
+        };
+        let machine_id = read("/etc/machine-id").await?;
+        let line = read("/etc/ssh/ssh_host_ed25519_key.pub").await?;
+        // `<type> <key> [comment]`: the comment is the guest's host name.
+        let host_key = line
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if machine_id.is_empty() || fingerprint(&host_key).is_none() {
+            return Err(format!(
+                "the guest reported no usable identity (machine-id '{machine_id}', host key '{line}')"
+            ));
+        }
+        Ok(Identity {
+            machine_id,
+            host_key,
+        })
+    }
+
+    /// Refuses an identity another VM or template pvedeck made (one that
+    /// still exists, per `alive`) has; else records it for `vmid`. The
+    /// refusal names both.
+    pub(super) fn claim_identity(
+        &self,
+        vmid: u32,
+        identity: &Identity,
+        alive: &dyn Fn(u32) -> Option<String>,
+    ) -> Result<(), String> {
+        let known = self.jobs.identities().map_err(|e| e.to_string())?;
+        for (other, machine_id, host_key) in known {
+            if other == vmid {
+                continue;
+            }
+            let (Some(what), Some(name)) = (shared(identity, &machine_id, &host_key), alive(other))
+            else {
+                continue;
+            };
+            return Err(format!(
+                "VM {vmid} has the same {what} as {name}: it was cloned from a template whose \
+                 identity was not cleaned"
+            ));
+        }
+        self.jobs
+            .record_identity(vmid, &identity.machine_id, &identity.host_key, now_ms())
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_sha256_of_the_key_blob_as_ssh_keygen_prints_them() {
+        // What `ssh-keygen -lf` printed for this key.
+        let key =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOw2TvqgEE1mMDlRYVIf6mF+Zqy4DPzTIxfGaezAA4aB";
+        assert_eq!(
+            fingerprint(key).as_deref(),
+            Some("SHA256:Wz4rar7AS9FYAb9Pt0hkFweHI0wTxtdVHhvUPJbRqBs")
+        );
+        assert_eq!(fingerprint("ssh-ed25519 not*base64"), None);
+        assert_eq!(fingerprint(""), None);
+    }
+
+    #[test]
+    fn a_shared_machine_id_or_host_key_is_named() {
+        let a = Identity {
+            machine_id: "m1".into(),
+            host_key: "ssh-ed25519 K1".into(),
+        };
+        assert_eq!(shared(&a, "m1", "other"), Some("machine-id"));
+        assert_eq!(shared(&a, "m2", "ssh-ed25519 K1"), Some("SSH host key"));
+        assert_eq!(shared(&a, "m2", "ssh-ed25519 K2"), None);
+    }
+}
