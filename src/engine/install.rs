@@ -461,23 +461,38 @@ impl Engine {
     /// `VM creation > creating VM`: `qm create` (SPEC §3.3).
     async fn create(&self, job: &JobHandle, plan: &Plan) -> Result<(), Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
+        self.create_vm(&step, &plan.node, plan.vmid, &plan.name, plan.cpu, plan.ram)
+            .await
+    }
+
+    /// `qm create` with the cluster's CPU baseline (SPEC §3.3): a failure
+    /// leaves no VM.
+    pub(super) async fn create_vm(
+        &self,
+        step: &Step<'_>,
+        node: &str,
+        vmid: u32,
+        name: &str,
+        cpu: u32,
+        ram: u64,
+    ) -> Result<(), Failure> {
         step.processing("[*] VM creation");
         let nodes = match self.cluster.recent().await {
             Ok(view) => view.snapshot.nodes.clone(),
-            Err(e) => return Err(failed(&step, "failed to create VM", Cleanup::Nothing)(e)),
+            Err(e) => return Err(failed(step, "failed to create VM", Cleanup::Nothing)(e)),
         };
         let cpu_type = self
             .cpu_baseline
             .detect(&self.proxmox, &nodes)
             .await
-            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))?;
+            .map_err(failed(step, "failed to create VM", Cleanup::Nothing))?;
         step.processing(format!("[*] CPU type: {cpu_type} (cluster baseline)"));
         let mut options: QmOptions = [
-            ("name", plan.name.clone()),
-            ("cores", plan.cpu.to_string()),
+            ("name", name.to_string()),
+            ("cores", cpu.to_string()),
             ("cpu", cpu_type.to_string()),
             ("scsihw", "virtio-scsi-pci".to_string()),
-            ("memory", plan.ram.to_string()),
+            ("memory", ram.to_string()),
             ("ostype", "l26".to_string()),
             ("agent", "1".to_string()),
             ("net0", "virtio,bridge=vmbr0".to_string()),
@@ -486,14 +501,11 @@ impl Engine {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        options.extend(memory::balloon_options(
-            plan.ram,
-            self.config.vm_balloon_min_mb,
-        ));
+        options.extend(memory::balloon_options(ram, self.config.vm_balloon_min_mb));
         self.proxmox
-            .create(&plan.node, plan.vmid, &options)
+            .create(node, vmid, &options)
             .await
-            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))?;
+            .map_err(failed(step, "failed to create VM", Cleanup::Nothing))?;
         step.success("[+] VM created successfully");
         Ok(())
     }

@@ -263,42 +263,9 @@ impl Engine {
         let key = self.ssh_key_stage(Out::Job(job)).await.map_err(before)?;
 
         let step = Step::new(job, Some("template build"), "creating VM");
-        let nodes = match self.cluster.recent().await {
-            Ok(view) => view.snapshot.nodes.clone(),
-            Err(e) => {
-                return Err(before(failed(
-                    &step,
-                    "failed to create VM",
-                    Cleanup::Nothing,
-                )(e)));
-            }
-        };
-        let cpu_type = self
-            .cpu_baseline
-            .detect(&self.proxmox, &nodes)
+        self.create_vm(&step, node, vmid, name, 2, 2048)
             .await
-            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))
             .map_err(before)?;
-        let options: QmOptions = [
-            ("name", name.to_string()),
-            ("cores", "2".to_string()),
-            ("cpu", cpu_type.to_string()),
-            ("scsihw", "virtio-scsi-pci".to_string()),
-            ("memory", "2048".to_string()),
-            ("ostype", "l26".to_string()),
-            ("agent", "1".to_string()),
-            ("net0", "virtio,bridge=vmbr0".to_string()),
-            ("serial0", "socket".to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        self.proxmox
-            .create(node, vmid, &options)
-            .await
-            .map_err(failed(&step, "failed to create VM", Cleanup::Nothing))
-            .map_err(before)?;
-        step.success(&format!("[+] VM {vmid} created"));
 
         let step = Step::new(job, Some("template build"), "importing disk image");
         step.processing("[*] import disk image");
@@ -448,18 +415,11 @@ impl Engine {
         let step = Step::new(job, Some("template build"), "converting to template");
         // The borrowed address goes back: clones get their own.
         let forget: QmOptions = vec![("delete".to_string(), "ipconfig0".to_string())];
-        self.proxmox
-            .set(node, vmid, &forget)
-            .await
-            .map_err(failed(
-                &step,
-                "failed to convert to a template",
-                Cleanup::Destroy,
-            ))
-            .map_err(made)?;
-        self.proxmox
-            .template(node, vmid)
-            .await
+        let converted = match self.proxmox.set(node, vmid, &forget).await {
+            Ok(()) => self.proxmox.template(node, vmid).await,
+            Err(e) => Err(e),
+        };
+        converted
             .map_err(failed(
                 &step,
                 "failed to convert to a template",

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use super::{fail, render_bytes, vm_mut, vm_on};
-use crate::clock::now_ms;
 use crate::pve::{CloneMode, LineSink, PveError};
 use crate::sim::state::{ClusterState, Guest, SimVm};
 use crate::sim::{SimCluster, timing};
@@ -120,18 +119,7 @@ fn plan(
         config.insert(key.clone(), format!("{new}{rest}"));
     }
     config.insert("name".into(), name.to_string());
-    config.insert(
-        "meta".into(),
-        format!("creation-qemu=9.2.0,ctime={}", now_ms() / 1000),
-    );
-    config.insert(
-        "smbios1".into(),
-        format!("uuid=5a0c{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
-    );
-    config.insert(
-        "vmgenid".into(),
-        format!("8b1f{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
-    );
+    config.extend(super::fresh_ids(vmid));
     // A clone gets its own MAC addresses.
     for (key, value) in config.iter_mut() {
         if key.starts_with("net")

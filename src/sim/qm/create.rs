@@ -5,7 +5,6 @@ use std::path::Path;
 
 use super::config::check_balloon;
 use super::{fail, render, render_bytes, vm_mut, vm_on};
-use crate::clock::now_ms;
 use crate::pve::drive::MIB;
 use crate::pve::{LineSink, PveError};
 use crate::sim::params::{self, Verb};
@@ -85,18 +84,7 @@ impl SimCluster {
                 config.insert("net0".into(), format!("{model}={mac}{sep}{rest}"));
             }
             config.insert("lock".into(), "create".into());
-            config.insert(
-                "meta".into(),
-                format!("creation-qemu=9.2.0,ctime={}", now_ms() / 1000),
-            );
-            config.insert(
-                "smbios1".into(),
-                format!("uuid=5a0c{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
-            );
-            config.insert(
-                "vmgenid".into(),
-                format!("8b1f{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
-            );
+            config.extend(super::fresh_ids(vmid));
             let memory_mib = config
                 .get("memory")
                 .and_then(|m| m.parse::<u64>().ok())

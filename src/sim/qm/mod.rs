@@ -68,6 +68,25 @@ pub(super) fn render_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", units[unit])
 }
 
+/// What Proxmox writes into every new VM's config, a clone's too: its
+/// creation stamp, SMBIOS UUID and VM generation id.
+pub(super) fn fresh_ids(vmid: u32) -> [(String, String); 3] {
+    [
+        (
+            "meta".into(),
+            format!("creation-qemu=9.2.0,ctime={}", now_ms() / 1000),
+        ),
+        (
+            "smbios1".into(),
+            format!("uuid=5a0c{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
+        ),
+        (
+            "vmgenid".into(),
+            format!("8b1f{vmid:04x}-0000-4000-8000-00000000{vmid:04x}"),
+        ),
+    ]
+}
+
 /// `YYYY-MM-DD HH:MM:SS` (UTC) for migration log lines.
 pub(super) fn timestamp() -> String {
     app::format::utc(now_ms())
