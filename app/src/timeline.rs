@@ -132,6 +132,8 @@ pub struct Summary {
     pub vmid: u32,
     pub ip: String,
     pub user: Option<String>,
+    /// The host key fingerprint the guest agent reported (clone path).
+    pub host_key: Option<String>,
 }
 
 pub fn summary(events: &[JobEvent]) -> Option<Summary> {
@@ -145,6 +147,7 @@ pub fn summary(events: &[JobEvent]) -> Option<Summary> {
         vmid: last.event.vm_id?,
         ip: last.event.ip.clone()?,
         user,
+        host_key: last.event.host_key.clone(),
     })
 }
 
@@ -295,12 +298,14 @@ mod tests {
         );
         last.event.vm_id = Some(106);
         last.event.ip = Some("192.168.0.106".into());
+        last.event.host_key = Some("SHA256:abc".into());
         assert_eq!(
             summary(&[last]),
             Some(Summary {
                 vmid: 106,
                 ip: "192.168.0.106".into(),
-                user: Some("deploy".into())
+                user: Some("deploy".into()),
+                host_key: Some("SHA256:abc".into()),
             })
         );
         assert_eq!(summary(&[]), None);

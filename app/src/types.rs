@@ -348,6 +348,9 @@ pub struct Catalog {
     pub limits: Limits,
     pub nodes: Vec<String>,
     pub main_node: String,
+    /// Names of the golden templates ready to clone (`tpl-debian-12`).
+    #[serde(default)]
+    pub templates: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -215,3 +215,27 @@ test('pages fit a 390 px wide screen', async () => {
   }
   assert.deepEqual(errors, []);
 });
+
+test('with a ready template the form installs by linked clone and shows the host key', async () => {
+  // postJson reads the whole stream: the template is built when it returns.
+  await postJson('/api/templates', { os: 'ubuntu', version: '24.04' });
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/new');
+  await waitForHydration(page);
+  const note = page.locator('.method-note');
+  assert.equal(await note.getAttribute('data-clone'), 'false');
+  await page.selectOption('#os', 'ubuntu');
+  await page.selectOption('#version', '24.04');
+  assert.equal(await note.textContent(), 'A linked clone of template tpl-ubuntu-24.04: ready in seconds.');
+  await page.fill('#name', 'cloned');
+  await page.getByRole('button', { name: 'Create VM' }).click();
+  await page.waitForURL(/\/new\?job=\d+$/);
+  const result = page.locator('.result-ok');
+  await result.waitFor({ timeout: 60_000 });
+  const stages = await page.locator('.stage h3').allTextContents();
+  assert.deepEqual(stages, ['preparation', 'template', 'SSH preparation', 'VM creation', 'VM initialization']);
+  assert.equal(await page.locator('.step[data-step="cloning template"].step-done').count(), 1);
+  assert.match(await result.locator('.host-key').textContent(), /^SHA256:[A-Za-z0-9+/]{43}$/);
+  await screenshot(page, 'create-by-clone');
+  assert.deepEqual(errors, []);
+});

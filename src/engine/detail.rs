@@ -16,10 +16,16 @@ impl Engine {
                 default_user: os.default_user().to_string(),
             })
             .collect();
-        let mut nodes: Vec<String> = self
-            .cluster
-            .read()
-            .await?
+        let view = self.cluster.read().await?;
+        let builds = self.builds();
+        let templates = view
+            .snapshot
+            .vms
+            .iter()
+            .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+            .filter_map(|vm| vm.name.clone())
+            .collect();
+        let mut nodes: Vec<String> = view
             .snapshot
             .nodes
             .iter()
@@ -32,6 +38,7 @@ impl Engine {
             limits: self.config.limits,
             nodes,
             main_node: self.config.main_node.clone(),
+            templates,
         })
     }
 

@@ -150,6 +150,7 @@ pub fn JobResult(detail: JobDetail) -> impl IntoView {
                                 <dt>"VMID"</dt><dd class="vmid">{s.vmid}</dd>
                                 <dt>"IP"</dt><dd class="ip">{s.ip.clone()}</dd>
                                 {s.user.clone().map(|u| view! { <dt>"User"</dt><dd>{u}</dd> })}
+                                {s.host_key.clone().map(|k| view! { <dt>"Host key"</dt><dd class="host-key"><code>{k}</code></dd> })}
                             </dl>
                             {login.map(|cmd| view! { <CopyLine text=cmd/> })}
                             <p><a href=format!("/vm/{}", s.vmid)>"Open the VM's page"</a></p>

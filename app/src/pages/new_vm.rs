@@ -125,6 +125,17 @@ fn Form(catalog: Catalog) -> impl IntoView {
         })
     });
 
+    // Where the release has a ready golden template, the install clones it.
+    let templates = StoredValue::new(catalog.templates.clone());
+    let template = Signal::derive(move || {
+        let name = format!("tpl-{}-{}", os.get(), version.get());
+        templates.with_value(|t| t.contains(&name)).then_some(name)
+    });
+    let method_note = move || match template.get() {
+        Some(name) => format!("A linked clone of template {name}: ready in seconds."),
+        None => "No template for this release: the image is imported.".to_string(),
+    };
+
     let name_error = Signal::derive(move || rules::name_error(&name.get()));
     let cpu_said = Memo::new(move |_| {
         let typed = cpu.get();
@@ -182,7 +193,10 @@ fn Form(catalog: Catalog) -> impl IntoView {
             },
             pubkey: Sent::text(&pubkey.get()),
             id: Sent::Absent,
-            method: Sent::Absent,
+            method: match template.get_untracked() {
+                Some(_) => Sent::Given("clone".to_string()),
+                None => Sent::Absent,
+            },
         };
         sending.set(true);
         server_error.set(None);
@@ -228,6 +242,7 @@ fn Form(catalog: Catalog) -> impl IntoView {
                     <select id="version" name="version" on:change=move |ev| version.set(event_target_value(&ev))>
                         {move || options(versions(), version.into())}
                     </select>
+                    <p class="hint method-note" data-clone=move || template.get().is_some().to_string()>{method_note}</p>
                 </div>
                 <Field id="name" label="Name" value=name error=name_error hint="becomes <name>-<VMID>; empty: the VMID alone"/>
                 <div class="field">
