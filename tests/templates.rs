@@ -427,3 +427,100 @@ async fn clones_prove_their_own_identity_and_a_template_that_kept_its_own_is_cau
         "no fingerprint for it"
     );
 }
+
+/// The lines of pvedeck's known-hosts file for an address.
+fn known(server: &common::Server, ip: &str) -> Vec<String> {
+    std::fs::read_to_string(server.data_dir.join("known_hosts"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|h| h == ip || h.starts_with(&format!("[{ip}]:")))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn ssh_requires_the_host_key_recorded_at_first_contact_or_proved_through_the_agent() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    // Import path: recorded by ssh at first contact.
+    let (job, events) = common::install(url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let vmid = common::json(&format!("{url}/api/jobs/{job}")).await["vmid"]
+        .as_u64()
+        .expect("vmid");
+    let ip = common::ip(vmid as u32);
+    assert_eq!(known(&server, &ip).len(), 1, "recorded once");
+    // Clone path: pinned from what the agent read, before any SSH.
+    let (job, events) = common::install(url, CLONE).await;
+    let last = events.iter().rfind(|e| !e.is_close()).expect("events");
+    let clone = common::json(&format!("{url}/api/jobs/{job}")).await["vmid"]
+        .as_u64()
+        .expect("vmid");
+    let pinned = known(&server, &common::ip(clone as u32));
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    assert!(last.data["host_key"].is_string());
+
+    if common::cli_mode() {
+        // After first contact, no ssh to a VM goes without checking.
+        let argvs: Vec<String> = std::fs::read_to_string(server.data_dir.join("sim/argv.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("[\"ssh\"") && l.contains(&format!("@{ip}\"")))
+            .map(str::to_string)
+            .collect();
+        assert!(!argvs.is_empty());
+        assert!(
+            argvs
+                .iter()
+                .all(|a| !a.contains("StrictHostKeyChecking=no")),
+            "{argvs:#?}"
+        );
+        assert!(
+            argvs[0].contains("StrictHostKeyChecking=accept-new"),
+            "{}",
+            argvs[0]
+        );
+        // The init script goes only to the host whose key the first
+        // answered `echo ready` recorded, as does all that follows.
+        let script = argvs
+            .iter()
+            .position(|a| a.contains("/sh/"))
+            .expect("the init script");
+        assert!(
+            argvs[script..]
+                .iter()
+                .all(|a| a.contains("StrictHostKeyChecking=yes")),
+            "{argvs:#?}"
+        );
+    }
+
+    // Someone else at the address (another key): the reboot's SSH check
+    // refuses at once, naming why.
+    let file = server.data_dir.join("known_hosts");
+    let text = std::fs::read_to_string(&file).expect("known_hosts");
+    let token = known(&server, &ip)[0]
+        .split_whitespace()
+        .next()
+        .expect("host")
+        .to_string();
+    let forged = text.replace(
+        &known(&server, &ip)[0],
+        &format!("{token} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOw2TvqgEE1mMDlRYVIf6mF+Zqy4DPzTIxfGaezAA4aB"),
+    );
+    std::fs::write(&file, forged).expect("write");
+    let (_, _, events) = common::post_sse(&format!("{url}/api/vm/{vmid}/reboot"), "").await;
+    let failed = events
+        .iter()
+        .find(|e| e.status() == "error")
+        .expect("refused");
+    assert!(
+        failed
+            .message()
+            .contains("the host key is not the one recorded for this VM"),
+        "{failed:?}"
+    );
+}

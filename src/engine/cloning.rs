@@ -211,6 +211,9 @@ impl Engine {
         };
         self.claim_identity(vmid, &identity, &alive)
             .map_err(refuse)?;
+        // Later SSH to this VM (readiness after a start or reboot) requires
+        // the key it proved through the hypervisor.
+        self.pin_host(p.ip, &identity.host_key).map_err(refuse)?;
         let fingerprint = identity.fingerprint().unwrap_or_default();
         step.success(&format!(
             "[+] identity verified: machine-id {}, host key {fingerprint}",

@@ -6,9 +6,11 @@
 use base64::Engine as _;
 use sha2::Digest;
 
+use std::net::Ipv4Addr;
+
 use super::Engine;
 use crate::clock::now_ms;
-use crate::pve::PveError;
+use crate::pve::{PveError, known_hosts};
 
 /// What makes a guest itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,31 @@ fn shared(a: &Identity, b_machine_id: &str, b_host_key: &str) -> Option<&'static
 }
 
 impl Engine {
+    /// pvedeck's known-hosts file.
+    pub(super) fn known_hosts(&self) -> std::path::PathBuf {
+        self.config.data_dir.join("known_hosts")
+    }
+
+    fn host_token(&self, ip: Ipv4Addr) -> String {
+        known_hosts::host_token(ip, self.config.ssh_port)
+    }
+
+    /// A new VM at `ip` (or none): the key recorded for the old one no
+    /// longer applies. A failure is logged: the next contact then fails
+    /// closed ("Host key verification failed"), it does not trust blindly.
+    pub(super) fn forget_host(&self, ip: Ipv4Addr) {
+        if let Err(e) = known_hosts::forget(&self.known_hosts(), &self.host_token(ip)) {
+            tracing::warn!(%ip, "known_hosts: {e}");
+        }
+    }
+
+    /// The key a VM proved through its guest agent: required of whoever
+    /// answers at `ip` from now on.
+    pub(super) fn pin_host(&self, ip: Ipv4Addr, host_key: &str) -> Result<(), String> {
+        known_hosts::pin(&self.known_hosts(), &self.host_token(ip), host_key)
+            .map_err(|e| format!("cannot record the host key: {e}"))
+    }
+
     /// The machine-id and ed25519 host key, through the guest agent.
     pub(super) async fn read_identity(&self, node: &str, vmid: u32) -> Result<Identity, String> {
         let read = |path: &'static str| async move {

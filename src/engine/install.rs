@@ -253,6 +253,9 @@ impl Engine {
     async fn destroy_half_made(&self, job: &JobHandle, vmid: u32, node: &str) -> VmOutcome {
         let step = Step::new(job, Some("cleanup"), "destroying VM");
         step.processing(format!("[*] stopping and destroying VM {vmid}"));
+        if let Ok(ip) = self.allocator.address(vmid) {
+            self.forget_host(ip);
+        }
         let stop = PowerAction::Stop { skiplock: true };
         if let Err(e) = self.proxmox.power(node, vmid, stop).await {
             step.processing(format!("[*] stop: {}", one_line(&e.to_string())));
@@ -631,11 +634,15 @@ impl Engine {
             step.success(&format!("[+] VM migrated to node {target} successfully"));
         }
 
+        // A VM that had this address before had another host key: this
+        // one's is recorded at first contact.
+        self.forget_host(plan.ip);
         let target = GuestTarget {
             ip: plan.ip,
             port: self.config.ssh_port,
             user: req.user.clone(),
             key: plan.key.private.clone(),
+            known_hosts: Some(self.known_hosts()),
         };
 
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");

@@ -119,7 +119,11 @@ impl Engine {
         self.proxmox
             .destroy(&vm.node, vmid, false)
             .await
-            .map_err(|e| refusal(vmid, e))
+            .map_err(|e| refusal(vmid, e))?;
+        if let Ok(ip) = self.allocator.address(vmid) {
+            self.forget_host(ip);
+        }
+        Ok(())
     }
 
     async fn set(&self, vm: &VmRef, options: QmOptions) -> Result<(), EngineError> {
@@ -213,6 +217,7 @@ impl Engine {
             user: self.login_user(&vm).await?,
             key: sshkey::find(&self.config.ssh_key_dir)
                 .map_or_else(|| self.config.ssh_key_dir.join("id_ed25519"), |k| k.private),
+            known_hosts: Some(self.known_hosts()),
         };
         let job = self.jobs.start(
             kind,

@@ -31,6 +31,12 @@ pub enum Boot {
 pub enum ReadyError {
     #[error("SSH timeout after {0} attempts")]
     Timeout(u32),
+    /// Whoever answers does not have the host key recorded for the VM:
+    /// no retry, nothing is sent to it.
+    #[error(
+        "{ip}: the host key is not the one recorded for this VM (Host key verification failed)"
+    )]
+    HostKey { ip: std::net::Ipv4Addr },
 }
 
 /// Whether to try `ssh` now: its turn came, or the port just opened.
@@ -61,8 +67,12 @@ impl Engine {
             let open = self.proxmox.probe(target.ip, target.port).await;
             let now = Instant::now();
             if ssh_due(now, next_turn, open, was_open) {
-                if self.proxmox.guest_ready(target).await.is_ok() {
-                    return Ok(());
+                match self.proxmox.guest_ready(target).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.message().contains("Host key verification failed") => {
+                        return Err(ReadyError::HostKey { ip: target.ip });
+                    }
+                    Err(_) => {}
                 }
                 tries += 1;
                 if tries >= attempts {

@@ -206,6 +206,12 @@ impl Engine {
                 self.fail_job(&job, failure, vm).await;
             }
         }
+        // The template's key at the borrowed address is not the next VM's.
+        if let Some(lent) = &held
+            && let Ok(ip) = self.allocator.address(lent.vmid)
+        {
+            self.forget_host(ip);
+        }
         drop(held);
     }
 
@@ -327,11 +333,13 @@ impl Engine {
         drop(keys);
         step.success("[+] cloud-init set: pvedeck's key, the borrowed address");
 
+        self.forget_host(ip);
         let target = GuestTarget {
             ip,
             port: cfg.ssh_port,
             user,
             key: key.private.clone(),
+            known_hosts: Some(self.known_hosts()),
         };
         let step = Step::new(job, Some("template build"), "waiting for ready");
         step.processing("[*] starting VM");

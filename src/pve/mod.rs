@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod drive;
 pub mod json;
+pub mod known_hosts;
 pub mod timed;
 pub mod types;
 
@@ -105,6 +106,10 @@ pub struct GuestTarget {
     pub user: String,
     /// The private key pvedeck logs in with.
     pub key: PathBuf,
+    /// pvedeck's known-hosts file: a key recorded there is required, none is
+    /// recorded at first contact. `None`: no host key check (the simulator's
+    /// `ssh` stand-in when told `StrictHostKeyChecking=no`).
+    pub known_hosts: Option<PathBuf>,
 }
 
 /// What pvedeck runs inside a VM.

@@ -510,6 +510,7 @@ impl Face<'_> {
         let mut i = 0;
         let mut login = None;
         let mut port = 22u16;
+        let mut options: Vec<String> = Vec::new();
         while i < args.len() && args[i].starts_with('-') {
             let opt = &args[i];
             let letter = opt.chars().nth(1).unwrap_or(' ');
@@ -518,6 +519,7 @@ impl Face<'_> {
                 match letter {
                     'l' => login = Some(value),
                     'p' => port = value.parse().unwrap_or(22),
+                    'o' => options.push(value),
                     _ => {}
                 }
                 i += 2;
@@ -566,12 +568,32 @@ impl Face<'_> {
             return Box::pin(face.tool(&words)).await;
         }
 
-        // A VM: the readiness probe or the init script.
+        // A VM: the readiness probe or the init script. Its host key is
+        // checked as `ssh` would with these options.
+        let option = |name: &str| {
+            options
+                .iter()
+                .find_map(|o| o.strip_prefix(&format!("{name}=")).map(str::to_string))
+        };
+        let strict = option("StrictHostKeyChecking").unwrap_or_else(|| "ask".into());
+        let file = option("UserKnownHostsFile")
+            .filter(|f| f != "/dev/null" && strict != "no")
+            .map(std::path::PathBuf::from);
+        if let (Some(file), "yes") = (&file, strict.as_str()) {
+            let token = crate::pve::known_hosts::host_token(ip, port);
+            if crate::pve::known_hosts::lookup(file, &token).is_none() {
+                eprintln!(
+                    "No ED25519 host key is known for {token} and you have requested strict checking.\nHost key verification failed."
+                );
+                return Ok(255);
+            }
+        }
         let target = GuestTarget {
             ip,
             port,
             user,
             key: std::path::PathBuf::new(),
+            known_hosts: file,
         };
         let guest = if command.trim() == "echo ready" {
             GuestCommand::Ready

@@ -8,7 +8,7 @@ use super::faults::Strike;
 use super::state::Guest;
 use super::{SimCluster, timing};
 use crate::clock::now_ms;
-use crate::pve::{GuestCommand, GuestTarget, LineSink, PveError};
+use crate::pve::{GuestCommand, GuestTarget, LineSink, PveError, known_hosts};
 use crate::scripts;
 
 /// How a guest at an address looks from outside right now.
@@ -92,6 +92,36 @@ impl SimCluster {
         }
     }
 
+    /// What `ssh` does with the guest's host key and pvedeck's known-hosts
+    /// file: the recorded key must match; none recorded, this one is.
+    fn check_host_key(&self, target: &GuestTarget, vmid: u32, shown: &str) -> Result<(), PveError> {
+        let Some(file) = &target.known_hosts else {
+            return Ok(());
+        };
+        let key = self
+            .store
+            .read(|s| s.vms.get(&vmid).map(|vm| vm.inside.host_key.clone()))
+            .unwrap_or_default();
+        let token = known_hosts::host_token(target.ip, target.port);
+        match known_hosts::lookup(file, &token) {
+            Some(recorded) if recorded == key => Ok(()),
+            Some(_) => Err(PveError::command(
+                shown,
+                format!(
+                    "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n\
+                     @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+                     @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n\
+                     Host key for {token} has changed and you have requested strict checking.\n\
+                     Host key verification failed."
+                ),
+                255,
+            )),
+            None if key.is_empty() => Ok(()),
+            None => known_hosts::append(file, &token, &key)
+                .map_err(|e| PveError::command(shown, format!("{}: {e}", file.display()), 255)),
+        }
+    }
+
     pub(super) async fn guest_run(
         &self,
         target: &GuestTarget,
@@ -111,7 +141,10 @@ impl SimCluster {
             )
         };
         let vmid = match self.knock(target.ip) {
-            Knock::Vm(vmid) => vmid,
+            Knock::Vm(vmid) => {
+                self.check_host_key(target, vmid, &shown)?;
+                vmid
+            }
             Knock::Refused => {
                 self.clock.sleep(timing::CONNECT_REFUSED).await;
                 return Err(unreachable("Connection refused"));

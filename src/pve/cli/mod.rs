@@ -73,8 +73,8 @@ impl CliBackend {
         parse::json(&shown, &out.stdout)
     }
 
-    /// The ssh argument vector for a VM: pvedeck's key only, no prompt, no
-    /// host key bookkeeping (a reinstalled VM has a new host key).
+    /// The ssh argument vector for a VM: pvedeck's key only, no prompt, the
+    /// host key checked against pvedeck's known-hosts file.
     fn guest_argv(target: &GuestTarget, remote: &str) -> Vec<String> {
         let mut argv = strings([
             "ssh",
@@ -83,14 +83,31 @@ impl CliBackend {
             "-o",
             "ConnectTimeout=5",
             "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
             "LogLevel=ERROR",
             "-o",
             "IdentitiesOnly=yes",
         ]);
+        // The host key is checked against pvedeck's own file: required once
+        // recorded, recorded at first contact.
+        let checking = match &target.known_hosts {
+            Some(file) => {
+                let token = super::known_hosts::host_token(target.ip, target.port);
+                let mode = super::known_hosts::strictness(file, &token);
+                vec![
+                    format!("UserKnownHostsFile={}", file.display()),
+                    format!("StrictHostKeyChecking={mode}"),
+                    "HashKnownHosts=no".to_string(),
+                ]
+            }
+            None => vec![
+                "UserKnownHostsFile=/dev/null".to_string(),
+                "StrictHostKeyChecking=no".to_string(),
+            ],
+        };
+        for option in checking {
+            argv.push("-o".into());
+            argv.push(option);
+        }
         argv.push("-i".into());
         argv.push(target.key.to_string_lossy().into_owned());
         argv.push("-p".into());
@@ -367,11 +384,14 @@ mod tests {
             cmd.starts_with("f=$(mktemp) && curl -fsSL http://10.0.0.11:8080/sh/debian_12.sh -o")
         );
         assert!(cmd.contains("sudo bash \"$f\""));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
         let target = GuestTarget {
             ip: Ipv4Addr::new(10, 0, 0, 101),
             port: 22,
             user: "debian".into(),
             key: "/root/.ssh/id_ed25519".into(),
+            known_hosts: Some(file.clone()),
         };
         let argv = CliBackend::guest_argv(&target, "echo ready");
         assert_eq!(argv.last().map(String::as_str), Some("echo ready"));
@@ -379,6 +399,19 @@ mod tests {
         assert!(
             argv.windows(2)
                 .any(|w| w == ["-i", "/root/.ssh/id_ed25519"])
+        );
+        let option = |o: &str| argv.windows(2).any(|w| w[0] == "-o" && w[1] == o);
+        assert!(
+            option("StrictHostKeyChecking=accept-new"),
+            "first contact records"
+        );
+        assert!(option(&format!("UserKnownHostsFile={}", file.display())));
+        crate::pve::known_hosts::pin(&file, "10.0.0.101", "ssh-ed25519 AAAA").unwrap();
+        let argv = CliBackend::guest_argv(&target, "echo ready");
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["-o", "StrictHostKeyChecking=yes"]),
+            "a recorded key is required"
         );
     }
 
