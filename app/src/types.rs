@@ -397,6 +397,10 @@ pub struct VmDetail {
     /// Nodes it could move to: online, not its own.
     pub targets: Vec<String>,
     pub limits: Limits,
+    /// The fingerprint of the host key SSH requires at the VM's address
+    /// (pinned from its guest agent, or recorded at first contact).
+    #[serde(default)]
+    pub host_key: Option<String>,
 }
 
 /// A refusal or failure as the UI shows it: the HTTP status the API would

@@ -235,7 +235,12 @@ test('with a ready template the form installs by linked clone and shows the host
   const stages = await page.locator('.stage h3').allTextContents();
   assert.deepEqual(stages, ['preparation', 'template', 'SSH preparation', 'VM creation', 'VM initialization']);
   assert.equal(await page.locator('.step[data-step="cloning template"].step-done').count(), 1);
-  assert.match(await result.locator('.host-key').textContent(), /^SHA256:[A-Za-z0-9+/]{43}$/);
+  const fingerprint = await result.locator('.host-key').textContent();
+  assert.match(fingerprint, /^SHA256:[A-Za-z0-9+/]{43}$/);
   await screenshot(page, 'create-by-clone');
+  // The VM's page shows the key SSH will require there.
+  await result.getByRole('link', { name: "Open the VM's page" }).click();
+  await page.waitForURL(/\/vm\/\d+$/);
+  assert.equal(await page.locator('.vm-detail .host-key').textContent(), fingerprint);
   assert.deepEqual(errors, []);
 });

@@ -69,11 +69,17 @@ impl Engine {
             .filter(|n| n.running && n.node != vm.node)
             .map(|n| n.node.clone())
             .collect();
+        let host_key = self.allocator.address(vmid).ok().and_then(|ip| {
+            let token = crate::pve::known_hosts::host_token(ip, self.config.ssh_port);
+            crate::pve::known_hosts::lookup(&self.known_hosts(), &token)
+                .and_then(|key| super::identity::fingerprint(&key))
+        });
         Ok(VmDetail {
             vm,
             config,
             targets,
             limits: self.config.limits,
+            host_key,
         })
     }
 }

@@ -226,6 +226,7 @@ fn VmInfo(
                 <dt>"RAM"</dt><dd class="memory">{format!("{} GiB", num(vm.memory))}</dd>
                 <dt>"Disk"</dt><dd class="disk">{format!("{} GiB", num(vm.disk))}</dd>
                 <dt>"IP"</dt><dd><code>{vm.ip.clone()}</code></dd>
+                {detail.host_key.clone().map(|k| view! { <dt>"Host key"</dt><dd class="host-key"><code>{k}</code></dd> })}
                 {vm.lock.clone().map(|l| view! { <dt>"Lock"</dt><dd>{l}</dd> })}
             </dl>
             <VmActions vm=vm.clone() confirming busy on_outcome/>
