@@ -131,6 +131,11 @@ impl Release {
         format!("{dir}/{}", self.file_name())
     }
 
+    /// `tpl-debian-12`: the name of the release's golden template.
+    pub fn template_name(&self) -> String {
+        format!("tpl-{}-{}", self.os, self.version)
+    }
+
     /// `debian_12.sh`: the init script's name under `/sh/`.
     pub fn script_name(&self) -> String {
         format!("{}_{}.sh", self.os, self.version)

@@ -61,6 +61,16 @@ impl LateProbe {
         // The probe's task only ends early when the runtime shuts down.
         self.answer.await.unwrap_or(false)
     }
+
+    /// Why VM `vmid` must not get the address, if something answered there.
+    pub async fn stranger(self, port: u16, vmid: u32) -> Option<String> {
+        let ip = self.ip;
+        self.answered().await.then(|| {
+            format!(
+                "{ip} answers on port {port}: another host uses the address VM {vmid} would get"
+            )
+        })
+    }
 }
 
 /// An id held for an install; released when dropped.

@@ -19,10 +19,9 @@ use super::allocator::Reservation;
 use super::install::finalizing;
 use super::install::{Cleanup, Failure, failed};
 use super::report::{Out, Step, elapsed, one_line};
-use super::templates::template_name;
 use super::{Engine, memory, sshkey};
 use crate::jobs::{JobHandle, Update};
-use crate::pve::{CloneMode, PowerAction, QmOptions};
+use crate::pve::{CloneMode, PowerAction, QmOptions, qm_options};
 
 /// The longest pause between two knocks on the guest agent: each is a
 /// `qm` start-up on the node.
@@ -108,13 +107,8 @@ impl Engine {
             )
         };
         if let Some(probe) = p.late
-            && probe.answered().await
+            && let Some(why) = probe.stranger(self.config.ssh_port, vmid).await
         {
-            let port = self.config.ssh_port;
-            let why = format!(
-                "{} answers on port {port}: another host uses the address VM {vmid} would get",
-                p.ip
-            );
             return Err((fail(&why), at(&node)));
         }
         let keys = sshkey::key_file(
@@ -126,7 +120,7 @@ impl Engine {
         .map_err(|e| (fail(&e), at(&node)))?;
         let hash =
             crate::secret::hash_password(req.passwd.expose()).map_err(|e| (fail(&e), at(&node)))?;
-        let mut options: QmOptions = [
+        let mut options: QmOptions = qm_options([
             ("cores", p.cpu.to_string()),
             ("memory", p.ram.to_string()),
             ("ciuser", req.user.clone()),
@@ -138,10 +132,7 @@ impl Engine {
                 "ipconfig0",
                 format!("ip={}/24,gw={}", p.ip, self.config.gateway),
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         options.extend(memory::balloon_options(
             p.ram,
             self.config.vm_balloon_min_mb,
@@ -157,16 +148,10 @@ impl Engine {
         step.success("[+] VM initialized successfully");
 
         if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != node) {
-            let step = Step::new(job, Some("VM initialization"), "migrating VM");
-            step.processing(format!("[*] migrate VM to node {target}"));
-            let relay = |line: &str| step.relay(line);
-            self.proxmox
-                .migrate(&node, vmid, target.as_str(), &relay)
+            self.migrate_step(job, &node, vmid, target.as_str())
                 .await
-                .map_err(failed(&step, "failed to migrate VM", Cleanup::Keep))
                 .map_err(|f| (f, at(&node)))?;
             node = target.to_string();
-            step.success(&format!("[+] VM migrated to node {target} successfully"));
         }
 
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
@@ -194,20 +179,26 @@ impl Engine {
             )
         };
         let identity = self.read_identity(&node, vmid).await.map_err(refuse)?;
-        let vms = self
-            .proxmox
-            .cluster_vms()
+        // Which VMs still exist: the snapshot is enough (a VM destroyed in
+        // its last seconds could only cause a refusal, never a pass).
+        let view = self
+            .cluster
+            .read()
             .await
             .map_err(|e| refuse(e.to_string()))?;
         let alive = |other: u32| {
-            vms.iter().find(|vm| vm.vmid == other).map(|vm| {
-                let name = vm.name.clone().unwrap_or_default();
-                if vm.template {
-                    format!("template {name} (VM {other})")
-                } else {
-                    format!("VM {other} ({name})")
-                }
-            })
+            view.snapshot
+                .vms
+                .iter()
+                .find(|vm| vm.vmid == other)
+                .map(|vm| {
+                    let name = vm.name.clone().unwrap_or_default();
+                    if vm.template {
+                        format!("template {name} (VM {other})")
+                    } else {
+                        format!("VM {other} ({name})")
+                    }
+                })
         };
         self.claim_identity(vmid, &identity, &alive)
             .map_err(refuse)?;
@@ -291,7 +282,7 @@ impl Engine {
         release: &Release,
     ) -> Result<Template, Failure> {
         let step = Step::new(job, Some("template"), "finding template");
-        let name = template_name(release);
+        let name = release.template_name();
         step.processing(format!("[*] looking for template {name}"));
         if let Some(t) = self.ready_template(&name).await.map_err(failed(
             &step,
@@ -356,18 +347,13 @@ impl Engine {
         }
     }
 
-    /// The release's template, ready (built and not being rebuilt), from a
-    /// fresh read.
+    /// The release's template, ready, from the cluster snapshot (which
+    /// pvedeck's own changes, a template just built, refresh).
     async fn ready_template(&self, name: &str) -> Result<Option<Template>, crate::pve::PveError> {
-        let builds = self.builds();
-        let vms = self.proxmox.cluster_vms().await?;
-        Ok(vms
-            .iter()
-            .find(|vm| {
-                self.is_ours(vm)
-                    && vm.name.as_deref() == Some(name)
-                    && !builds.contains_key(&vm.vmid)
-            })
+        let view = self.cluster.read().await?;
+        Ok(self
+            .ready_templates(&view.snapshot.vms)
+            .find(|vm| vm.name.as_deref() == Some(name))
             .map(|vm| Template {
                 vmid: vm.vmid,
                 node: vm.node.clone(),

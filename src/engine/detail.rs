@@ -17,12 +17,8 @@ impl Engine {
             })
             .collect();
         let view = self.cluster.read().await?;
-        let builds = self.builds();
-        let templates = view
-            .snapshot
-            .vms
-            .iter()
-            .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+        let templates = self
+            .ready_templates(&view.snapshot.vms)
             .filter_map(|vm| vm.name.clone())
             .collect();
         let mut nodes: Vec<String> = view
@@ -69,11 +65,11 @@ impl Engine {
             .filter(|n| n.running && n.node != vm.node)
             .map(|n| n.node.clone())
             .collect();
-        let host_key = self.allocator.address(vmid).ok().and_then(|ip| {
-            let token = crate::pve::known_hosts::host_token(ip, self.config.ssh_port);
-            crate::pve::known_hosts::lookup(&self.known_hosts(), &token)
-                .and_then(|key| super::identity::fingerprint(&key))
-        });
+        let host_key = self
+            .allocator
+            .address(vmid)
+            .ok()
+            .and_then(|ip| self.pinned_fingerprint(ip));
         Ok(VmDetail {
             vm,
             config,

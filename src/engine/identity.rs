@@ -69,6 +69,12 @@ impl Engine {
         }
     }
 
+    /// The fingerprint of the key SSH requires at `ip`, once recorded.
+    pub(super) fn pinned_fingerprint(&self, ip: Ipv4Addr) -> Option<String> {
+        known_hosts::lookup(&self.known_hosts(), &self.host_token(ip))
+            .and_then(|key| fingerprint(&key))
+    }
+
     /// The key a VM proved through its guest agent: required of whoever
     /// answers at `ip` from now on.
     pub(super) fn pin_host(&self, ip: Ipv4Addr, host_key: &str) -> Result<(), String> {
@@ -80,19 +86,12 @@ impl Engine {
     pub(super) async fn read_identity(&self, node: &str, vmid: u32) -> Result<Identity, String> {
         let read = |path: &'static str| async move {
             let argv = vec!["cat".to_string(), path.to_string()];
-            let report = self
-                .proxmox
+            self.proxmox
                 .agent_exec(node, vmid, &argv, false)
                 .await
-                .map_err(|e: PveError| e.to_string())?;
-            match report.exitcode {
-                Some(0) => Ok(report.out.trim().to_string()),
-                code => Err(format!(
-                    "cat {path}: exit {}: {}",
-                    code.map_or("none".to_string(), |c| c.to_string()),
-                    report.err.trim()
-                )),
-            }
+                .map_err(|e: PveError| e.to_string())?
+                .output(&format!("cat {path}"))
+                .map(|out| out.trim().to_string())
         };
         let machine_id = read("/etc/machine-id").await?;
         let line = read("/etc/ssh/ssh_host_ed25519_key.pub").await?;

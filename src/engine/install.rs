@@ -19,7 +19,7 @@ use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::{Engine, EngineError, memory, storage};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions};
+use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
 /// What to do about the VM when a step fails (SPEC §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -490,7 +490,7 @@ impl Engine {
             .await
             .map_err(failed(step, "failed to create VM", Cleanup::Nothing))?;
         step.processing(format!("[*] CPU type: {cpu_type} (cluster baseline)"));
-        let mut options: QmOptions = [
+        let mut options: QmOptions = qm_options([
             ("name", name.to_string()),
             ("cores", cpu.to_string()),
             ("cpu", cpu_type.to_string()),
@@ -500,10 +500,7 @@ impl Engine {
             ("agent", "1".to_string()),
             ("net0", "virtio,bridge=vmbr0".to_string()),
             ("serial0", "socket".to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         options.extend(memory::balloon_options(ram, self.config.vm_balloon_min_mb));
         self.proxmox
             .create(node, vmid, &options)
@@ -525,46 +522,21 @@ impl Engine {
         let (node, vmid) = (plan.node.as_str(), plan.vmid);
         let storage = &self.config.assign_storage;
         let step = Step::new(job, Some("VM creation"), "importing disk image");
-        step.processing("[*] import disk image");
-        // qemu-img prints every percent: relay every fifth, and the rest.
-        let relay = |line: &str| {
-            let pct = line
-                .strip_prefix("transferred ")
-                .and_then(|l| l.rsplit_once('('))
-                .and_then(|(_, p)| p.split('.').next())
-                .and_then(|p| p.parse::<u32>().ok());
-            if pct.is_none_or(|p| p % 5 == 0) {
-                step.relay(line);
-            }
-        };
-        let volume = self
-            .proxmox
-            .import_disk(node, vmid, &plan.image, storage, &relay)
-            .await
-            .map_err(failed(
-                &step,
-                "failed to import disk image",
-                Cleanup::Destroy,
-            ))?;
+        let volume = self.import_image(&step, node, vmid, &plan.image).await?;
         step.success(&format!("[+] disk image imported successfully as {volume}"));
 
         let step = Step::new(job, Some("VM initialization"), "initializing configuration");
         step.processing("[*] initializing VM");
         // The address probe went on beside the creation and the import; the
         // VM gets the address only if nothing answered there after all.
-        if let Some(probe) = late {
-            let ip = probe.ip;
-            if probe.answered().await {
-                let port = self.config.ssh_port;
-                return Err(Failure::new(
-                    &step,
-                    format!(
-                        "[-] failed to initialize VM: {ip} answers on port {port}: another host \
-                         uses the address VM {vmid} would get"
-                    ),
-                    Cleanup::Destroy,
-                ));
-            }
+        if let Some(probe) = late
+            && let Some(why) = probe.stranger(self.config.ssh_port, vmid).await
+        {
+            return Err(Failure::new(
+                &step,
+                format!("[-] failed to initialize VM: {why}"),
+                Cleanup::Destroy,
+            ));
         }
         let fail = |e: &dyn std::fmt::Display| {
             Failure::new(
@@ -584,7 +556,7 @@ impl Engine {
         // One `qm set` with everything Proxmox takes together (one Perl
         // start-up instead of eight); the disk is attached before it is
         // resized, and all of it is set before `qm start`.
-        let options: QmOptions = [
+        let options: QmOptions = qm_options([
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             ("ciuser", req.user.clone()),
             ("cipassword", hash),
@@ -598,10 +570,7 @@ impl Engine {
                 "ipconfig0",
                 format!("ip={}/24,gw={}", plan.ip, self.config.gateway),
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         self.proxmox
             .set(node, vmid, &options)
             .await
@@ -623,15 +592,9 @@ impl Engine {
     ) -> Result<(), Failure> {
         let vmid = plan.vmid;
         if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != plan.node) {
-            let step = Step::new(job, Some("VM initialization"), "migrating VM");
-            step.processing(format!("[*] migrate VM to node {target}"));
-            let relay = |line: &str| step.relay(line);
-            self.proxmox
-                .migrate(&plan.node, vmid, target.as_str(), &relay)
-                .await
-                .map_err(failed(&step, "failed to migrate VM", Cleanup::Keep))?;
+            self.migrate_step(job, &plan.node, vmid, target.as_str())
+                .await?;
             plan.node = target.to_string();
-            step.success(&format!("[+] VM migrated to node {target} successfully"));
         }
 
         // A VM that had this address before had another host key: this
@@ -677,6 +640,59 @@ impl Engine {
         step.processing("[*] rebooting VM");
         self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
             .await
+    }
+
+    /// `VM creation > importing disk image`'s work: `qm importdisk` of the
+    /// cached image into `ASSIGN_STORAGE`, its progress relayed; the
+    /// imported volume. A failure destroys the half-made VM.
+    pub(super) async fn import_image(
+        &self,
+        step: &Step<'_>,
+        node: &str,
+        vmid: u32,
+        image: &std::path::Path,
+    ) -> Result<String, Failure> {
+        step.processing("[*] import disk image");
+        // qemu-img prints every percent: relay every fifth, and the rest.
+        let relay = |line: &str| {
+            let pct = line
+                .strip_prefix("transferred ")
+                .and_then(|l| l.rsplit_once('('))
+                .and_then(|(_, p)| p.split('.').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if pct.is_none_or(|p| p % 5 == 0) {
+                step.relay(line);
+            }
+        };
+        let storage = &self.config.assign_storage;
+        self.proxmox
+            .import_disk(node, vmid, image, storage, &relay)
+            .await
+            .map_err(failed(
+                step,
+                "failed to import disk image",
+                Cleanup::Destroy,
+            ))
+    }
+
+    /// `VM initialization > migrating VM` (a node was asked): a failure
+    /// keeps the VM (SPEC §3.5).
+    pub(super) async fn migrate_step(
+        &self,
+        job: &JobHandle,
+        node: &str,
+        vmid: u32,
+        target: &str,
+    ) -> Result<(), Failure> {
+        let step = Step::new(job, Some("VM initialization"), "migrating VM");
+        step.processing(format!("[*] migrate VM to node {target}"));
+        let relay = |line: &str| step.relay(line);
+        self.proxmox
+            .migrate(node, vmid, target, &relay)
+            .await
+            .map_err(failed(&step, "failed to migrate VM", Cleanup::Keep))?;
+        step.success(&format!("[+] VM migrated to node {target} successfully"));
+        Ok(())
     }
 
     /// `qm start` or `qm reboot`, then the wait for SSH: a failure of either

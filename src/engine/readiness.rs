@@ -69,7 +69,7 @@ impl Engine {
             if ssh_due(now, next_turn, open, was_open) {
                 match self.proxmox.guest_ready(target).await {
                     Ok(()) => return Ok(()),
-                    Err(e) if e.message().contains("Host key verification failed") => {
+                    Err(e) if e.is_host_key_refused() => {
                         return Err(ReadyError::HostKey { ip: target.ip });
                     }
                     Err(_) => {}

@@ -20,7 +20,7 @@ use super::readiness::Boot;
 use super::report::{Out, Step};
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, VmResource};
+use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
 
 /// The tag that marks a template pvedeck built (beside the os tag).
 pub const TAG: &str = "pvedeck-template";
@@ -32,27 +32,13 @@ const CLEAN_IDENTITY: &str = "cloud-init clean --logs --machine-id && rm -f /etc
 /// Templates being built: template VMID → (name, job id).
 pub type Builds = std::sync::Mutex<BTreeMap<u32, (String, u64)>>;
 
-/// `tpl-debian-12`.
-pub fn template_name(release: &Release) -> String {
-    format!("tpl-{}-{}", release.os, release.version)
-}
-
-/// `tpl-<os>-<version>` → (os, version).
-fn release_of(name: &str) -> (String, String) {
-    let rest = name.strip_prefix("tpl-").unwrap_or(name);
-    match rest.split_once('-') {
-        Some((os, version)) => (os.to_string(), version.to_string()),
-        None => (rest.to_string(), String::new()),
-    }
-}
-
 fn info(vmid: u32, name: &str, node: &str, job: Option<u64>) -> TemplateInfo {
-    let (os, version) = release_of(name);
+    let release = app::os::RELEASES.iter().find(|r| r.template_name() == name);
     TemplateInfo {
         vmid,
         name: name.to_string(),
-        os,
-        version,
+        os: release.map(|r| r.os.to_string()).unwrap_or_default(),
+        version: release.map(|r| r.version.to_string()).unwrap_or_default(),
         node: node.to_string(),
         state: if job.is_some() { "building" } else { "ready" }.to_string(),
         job,
@@ -63,6 +49,19 @@ fn info(vmid: u32, name: &str, node: &str, job: Option<u64>) -> TemplateInfo {
 struct Building<'a> {
     builds: &'a Builds,
     vmid: u32,
+}
+
+impl Engine {
+    /// The templates pvedeck built that are ready to clone: tagged, in the
+    /// range, not being built.
+    pub(super) fn ready_templates<'a>(
+        &self,
+        vms: &'a [VmResource],
+    ) -> impl Iterator<Item = &'a VmResource> + use<'a, '_> {
+        let builds = self.builds();
+        vms.iter()
+            .filter(move |vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+    }
 }
 
 impl Drop for Building<'_> {
@@ -93,15 +92,11 @@ impl Engine {
     /// `GET /api/templates`: the ready ones and those being built.
     pub async fn templates(&self) -> Result<Vec<TemplateInfo>, EngineError> {
         let view = self.cluster.read().await?;
-        let builds = self.builds();
-        let mut list: Vec<TemplateInfo> = view
-            .snapshot
-            .vms
-            .iter()
-            .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+        let mut list: Vec<TemplateInfo> = self
+            .ready_templates(&view.snapshot.vms)
             .map(|vm| info(vm.vmid, vm.name.as_deref().unwrap_or(""), &vm.node, None))
             .collect();
-        for (vmid, (name, job)) in builds {
+        for (vmid, (name, job)) in self.builds() {
             list.push(info(vmid, &name, &self.config.main_node, Some(job)));
         }
         list.sort_by_key(|t| t.vmid);
@@ -111,7 +106,7 @@ impl Engine {
     /// `POST /api/templates`: refuses a release whose template exists or is
     /// being built (409), picks the template's id, starts the build job.
     pub async fn build_template(self: &Arc<Self>, release: Release) -> Result<u64, EngineError> {
-        let name = template_name(&release);
+        let name = release.template_name();
         // A fresh read: the id must be free now, not two seconds ago.
         let vms = self.proxmox.cluster_vms().await?;
         if let Some(vm) = vms
@@ -123,7 +118,9 @@ impl Engine {
                 vm.vmid
             )));
         }
-        let vmid = {
+        // Checking, choosing the id and starting the job under one lock: two
+        // requests cannot both build the release or take the same id.
+        let (vmid, job) = {
             let mut builds = self
                 .template_builds
                 .lock()
@@ -144,32 +141,13 @@ impl Engine {
                         range.end()
                     ))
                 })?;
-            // Held from here: the job's id is filled in once it exists.
-            builds.insert(vmid, (name.clone(), 0));
-            vmid
-        };
-        let started = self
-            .jobs
-            .start(JobKind::Template, Some(vmid), &format!("template {name}"));
-        let job = match started {
-            Ok(job) => job,
-            Err(e) => {
-                drop(Building {
-                    builds: &self.template_builds,
-                    vmid,
-                });
-                return Err(e.into());
-            }
+            let job =
+                self.jobs
+                    .start(JobKind::Template, Some(vmid), &format!("template {name}"))?;
+            builds.insert(vmid, (name.clone(), job.id()));
+            (vmid, job)
         };
         let id = job.id();
-        if let Some(entry) = self
-            .template_builds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&vmid)
-        {
-            entry.1 = id;
-        }
         let engine = self.clone();
         tokio::spawn(async move {
             let _building = Building {
@@ -191,6 +169,12 @@ impl Engine {
             .await;
         match result {
             Ok(()) => {
+                // Ready before the job says so: whoever follows the job (an
+                // install waiting for this template) finds it at once.
+                self.template_builds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&vmid);
                 let step = Step::new(&job, Some("template build"), "finalizing");
                 step.made(
                     format!(
@@ -274,21 +258,9 @@ impl Engine {
             .map_err(before)?;
 
         let step = Step::new(job, Some("template build"), "importing disk image");
-        step.processing("[*] import disk image");
-        let relay = |line: &str| {
-            if !line.starts_with("transferred ") || line.contains("0.00%)") {
-                step.relay(line);
-            }
-        };
         let volume = self
-            .proxmox
-            .import_disk(node, vmid, &image, storage, &relay)
+            .import_image(&step, node, vmid, &image)
             .await
-            .map_err(failed(
-                &step,
-                "failed to import disk image",
-                Cleanup::Destroy,
-            ))
             .map_err(made)?;
         step.success(&format!("[+] disk image imported as {volume}"));
 
@@ -312,7 +284,7 @@ impl Engine {
         let keys =
             sshkey::key_file(&key, None, None, &cfg.data_dir.join("tmp")).map_err(|e| fail(&e))?;
         let user = release.os.default_user().to_string();
-        let options: QmOptions = [
+        let options: QmOptions = qm_options([
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             ("ciuser", user.clone()),
             ("ciupgrade", "0".to_string()),
@@ -322,10 +294,7 @@ impl Engine {
             ("boot", "c".to_string()),
             ("bootdisk", "scsi0".to_string()),
             ("ipconfig0", format!("ip={ip}/24,gw={}", cfg.gateway)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         self.proxmox
             .set(node, vmid, &options)
             .await
@@ -390,26 +359,17 @@ impl Engine {
             .map_err(made)?;
         step.processing(format!("[*] through the guest agent: {CLEAN_IDENTITY}"));
         let argv: Vec<String> = ["sh", "-c", CLEAN_IDENTITY].map(String::from).to_vec();
-        let report = self
-            .proxmox
+        self.proxmox
             .agent_exec(node, vmid, &argv, false)
             .await
+            .map_err(|e| e.to_string())
+            .and_then(|report| report.output("sh -c"))
             .map_err(failed(
                 &step,
                 "failed to clean the identity",
                 Cleanup::Destroy,
             ))
             .map_err(made)?;
-        if report.exitcode != Some(0) {
-            let said = super::one_line(report.err.trim());
-            let why = format!(
-                "[-] failed to clean the identity: exit {}: {said}",
-                report
-                    .exitcode
-                    .map_or("none".to_string(), |c| c.to_string())
-            );
-            return Err(made(Failure::new(&step, why, Cleanup::Destroy)));
-        }
         step.success("[+] machine-id and SSH host keys removed: each clone writes its own");
 
         let step = Step::new(job, Some("template build"), "shutting down");
@@ -422,7 +382,7 @@ impl Engine {
 
         let step = Step::new(job, Some("template build"), "converting to template");
         // The borrowed address goes back: clones get their own.
-        let forget: QmOptions = vec![("delete".to_string(), "ipconfig0".to_string())];
+        let forget = qm_options([("delete", "ipconfig0".to_string())]);
         let converted = match self.proxmox.set(node, vmid, &forget).await {
             Ok(()) => self.proxmox.template(node, vmid).await,
             Err(e) => Err(e),
@@ -455,12 +415,10 @@ impl Engine {
             })?;
         match self.proxmox.destroy(&vm.node, vmid, false).await {
             Ok(()) => Ok(()),
-            Err(e) if e.message().contains("still in use by linked clone") => {
-                Err(EngineError::Conflict(format!(
-                    "template {vmid} has linked clones: {}",
-                    e.message()
-                )))
-            }
+            Err(e) if e.is_base_in_use() => Err(EngineError::Conflict(format!(
+                "template {vmid} has linked clones: {}",
+                e.message()
+            ))),
             Err(e) => Err(e.into()),
         }
     }
@@ -471,13 +429,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn template_names_carry_the_release() {
+    fn a_template_lists_its_release_and_a_name_of_none_lists_none() {
         let release = app::os::RELEASES[0];
-        let name = template_name(&release);
-        assert_eq!(name, format!("tpl-{}-{}", release.os, release.version));
+        let listed = info(9001, &release.template_name(), "pve1", None);
         assert_eq!(
-            release_of("tpl-ubuntu-24.04"),
-            ("ubuntu".to_string(), "24.04".to_string())
+            (listed.os, listed.version, listed.state.as_str()),
+            (release.os.to_string(), release.version.to_string(), "ready")
+        );
+        let foreign = info(9002, "tpl-plan9-4", "pve1", Some(7));
+        assert_eq!(
+            (foreign.os.as_str(), foreign.state.as_str()),
+            ("", "building")
         );
     }
 }

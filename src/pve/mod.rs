@@ -27,6 +27,11 @@ pub use types::{CpuInfo, NodeResource, NodeStatus, StorageStatus, VmResource};
 /// for `--key value`.
 pub type QmOptions = Vec<(String, String)>;
 
+/// `qm` options from `(key, value)` pairs, in that order.
+pub fn qm_options<const N: usize>(pairs: [(&str, String); N]) -> QmOptions {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
 /// Receives the lines a long command prints while it runs.
 pub type LineSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
@@ -73,6 +78,16 @@ impl PveError {
 
     pub fn is_locked(&self) -> bool {
         self.message().contains("is locked (")
+    }
+
+    /// `ssh` refused the host: its key is not the one recorded.
+    pub fn is_host_key_refused(&self) -> bool {
+        self.message().contains("Host key verification failed")
+    }
+
+    /// `qm destroy` of a template whose base volume a linked clone uses.
+    pub fn is_base_in_use(&self) -> bool {
+        self.message().contains("still in use by linked clone")
     }
 }
 
@@ -133,6 +148,18 @@ pub struct AgentExec {
     pub exitcode: Option<i32>,
     pub out: String,
     pub err: String,
+}
+
+impl AgentExec {
+    /// The command's output when it exited 0, else what went wrong, named
+    /// `what`: `cat /etc/machine-id: exit 1: No such file or directory`.
+    pub fn output(self, what: &str) -> Result<String, String> {
+        match self.exitcode {
+            Some(0) => Ok(self.out),
+            Some(code) => Err(format!("{what}: exit {code}: {}", self.err.trim())),
+            None => Err(format!("{what}: still running at the timeout")),
+        }
+    }
 }
 
 /// How `qm clone` copies the disks.

@@ -34,7 +34,7 @@ impl SimCluster {
             if state.foreign_hosts.contains(&last) {
                 return (Knock::Foreign, false);
             }
-            let Some(vmid) = state.vm_at(ip, last) else {
+            let Some(vmid) = state.vm_at(ip) else {
                 return (Knock::Nobody, false);
             };
             let Some(node) = state.vms.get(&vmid).map(|vm| vm.node.clone()) else {
@@ -62,7 +62,7 @@ impl SimCluster {
     pub(super) async fn guest_probe(&self, ip: Ipv4Addr, _port: u16) -> bool {
         let vmid = self
             .store
-            .read(|s| s.vm_at(ip, ip.octets()[3]))
+            .read(|s| s.vm_at(ip))
             .unwrap_or(u32::from(ip.octets()[3]));
         let strike = self.store.update(|s| {
             let strike = s.faults.check("probe", Some(vmid));

@@ -318,12 +318,12 @@ impl ClusterState {
 
     /// The VM whose cloud-init gives it `ip` (a template build borrows an
     /// address), else the VM whose id is the address's last octet.
-    pub fn vm_at(&self, ip: std::net::Ipv4Addr, last: u8) -> Option<u32> {
+    pub fn vm_at(&self, ip: std::net::Ipv4Addr) -> Option<u32> {
         let given = format!("ip={ip}/");
         self.vms
             .values()
             .find(|vm| vm.conf("ipconfig0").is_some_and(|c| c.starts_with(&given)))
-            .or_else(|| self.vms.get(&u32::from(last)))
+            .or_else(|| self.vms.get(&u32::from(ip.octets()[3])))
             .map(|vm| vm.vmid)
     }
 

@@ -7,6 +7,7 @@ use crate::api::{get_catalog, start_install};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
+use crate::os::Os;
 use crate::request::{self, Field as Sent, InstallBody, Refusal, Version};
 use crate::rules::{self, Clamp, messages};
 use crate::types::Catalog;
@@ -128,7 +129,9 @@ fn Form(catalog: Catalog) -> impl IntoView {
     // Where the release has a ready golden template, the install clones it.
     let templates = StoredValue::new(catalog.templates.clone());
     let template = Signal::derive(move || {
-        let name = format!("tpl-{}-{}", os.get(), version.get());
+        let name = Os::parse(&os.get())
+            .and_then(|o| crate::os::find(o, &version.get()))
+            .map(|r| r.template_name())?;
         templates.with_value(|t| t.contains(&name)).then_some(name)
     });
     let method_note = move || match template.get() {

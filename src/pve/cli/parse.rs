@@ -276,6 +276,23 @@ nas                    nfs   inactive               0               0           
         // Still running at the timeout: no exit code yet.
         let running = "{\n   \"exited\" : 0,\n   \"pid\" : 1234\n}\n";
         assert_eq!(agent_exec("c", running).unwrap().exitcode, None);
+        let failed = AgentExec {
+            exitcode: Some(1),
+            out: String::new(),
+            err: "cat: /etc/machine-id: No such file or directory\n".into(),
+        };
+        assert_eq!(
+            failed.output("cat /etc/machine-id"),
+            Err(
+                "cat /etc/machine-id: exit 1: cat: /etc/machine-id: No such file or directory"
+                    .into()
+            )
+        );
+        assert_eq!(
+            agent_exec("c", done).unwrap().output("c"),
+            Ok("status: done\n".into())
+        );
+        assert!(agent_exec("c", running).unwrap().output("c").is_err());
         let err = agent_exec("qm guest exec 107", "QEMU guest agent is not running").unwrap_err();
         assert!(
             err.to_string()
