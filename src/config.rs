@@ -273,6 +273,18 @@ impl Vars<'_> {
         };
         let (first, last) = (id("TEMPLATE_ID_START", 9000)?, id("TEMPLATE_ID_END", 9099)?);
         let template_ids = first.min(last)..=first.max(last);
+        // Installs take ids of the address pool: a template there would
+        // collide with them.
+        if u32::from(assign_ip_end) >= *template_ids.start()
+            && *template_ids.end() >= u32::from(assign_ip_start)
+        {
+            let value = format!("{}-{}", template_ids.start(), template_ids.end());
+            let expected = format!(
+                "overlaps ASSIGN_IP_START-ASSIGN_IP_END ({assign_ip_start}-{assign_ip_end}), \
+                 where installs take their ids"
+            );
+            return Err(invalid("TEMPLATE_ID_START", &value, expected));
+        }
 
         let allow_ips = match self.get("ALLOW_IPS") {
             None => AllowList::everyone(),
@@ -673,6 +685,17 @@ mod tests {
         assert_eq!(
             err(&[("ASSIGN_IP_START", "1x")]),
             "ASSIGN_IP_START=1x is not an integer >= 0"
+        );
+        assert_eq!(
+            err(&[("TEMPLATE_ID_START", "200"), ("TEMPLATE_ID_END", "300")]),
+            "TEMPLATE_ID_START=200-300 overlaps ASSIGN_IP_START-ASSIGN_IP_END (100-254), where \
+             installs take their ids"
+        );
+        assert_eq!(
+            parse(&[("TEMPLATE_ID_START", "255"), ("TEMPLATE_ID_END", "300")])
+                .unwrap()
+                .template_ids,
+            255..=300
         );
     }
 
