@@ -615,7 +615,27 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
         step.processing("[*] SSH initialization");
-        let script = req.release.script_name();
+        let root_password = self.config.vm_root_password.clone();
+        self.init_script(&step, &target, &req.release, root_password)
+            .await?;
+        step.success("[+] SSH initialization completed");
+
+        let step = Step::new(job, Some("VM initialization"), "rebooting VM");
+        step.processing("[*] rebooting VM");
+        self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
+            .await
+    }
+
+    /// The release's init script over SSH (fetched from pvedeck's `/sh/`),
+    /// its output relayed; a failure destroys the half-made VM.
+    pub(super) async fn init_script(
+        &self,
+        step: &Step<'_>,
+        target: &GuestTarget,
+        release: &app::os::Release,
+        root_password: Option<crate::config::Secret>,
+    ) -> Result<(), Failure> {
+        let script = release.script_name();
         let main_ip = self
             .config
             .node_ip(&self.config.main_node)
@@ -623,23 +643,17 @@ impl Engine {
         let command = GuestCommand::InitScript {
             url: format!("http://{main_ip}:{}/sh/{script}", self.listen_port),
             script,
-            root_password: self.config.vm_root_password.clone(),
+            root_password,
         };
         let relay = |line: &str| step.relay(line);
         self.proxmox
-            .guest_init(&target, &command, &relay)
+            .guest_init(target, &command, &relay)
             .await
             .map_err(failed(
-                &step,
+                step,
                 "failed to perform SSH initialization",
                 Cleanup::Destroy,
-            ))?;
-        step.success("[+] SSH initialization completed");
-
-        let step = Step::new(job, Some("VM initialization"), "rebooting VM");
-        step.processing("[*] rebooting VM");
-        self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
-            .await
+            ))
     }
 
     /// `VM creation > importing disk image`'s work: `qm importdisk` of the

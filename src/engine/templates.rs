@@ -7,7 +7,6 @@
 //! destroys what it made: a half-built template is of no use.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +19,7 @@ use super::readiness::Boot;
 use super::report::{Out, Step};
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
+use crate::pve::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
 
 /// The tag that marks a template pvedeck built (beside the os tag).
 pub const TAG: &str = "pvedeck-template";
@@ -317,23 +316,9 @@ impl Engine {
             .map_err(made)?;
 
         let step = Step::new(job, Some("template build"), "SSH initialization");
-        let script = release.script_name();
-        let main_ip = cfg.node_ip(&cfg.main_node).unwrap_or(Ipv4Addr::LOCALHOST);
         // No root password in a template: each clone gets its own.
-        let command = GuestCommand::InitScript {
-            url: format!("http://{main_ip}:{}/sh/{script}", self.listen_port),
-            script,
-            root_password: None,
-        };
-        let relay = |line: &str| step.relay(line);
-        self.proxmox
-            .guest_init(&target, &command, &relay)
+        self.init_script(&step, &target, release, None)
             .await
-            .map_err(failed(
-                &step,
-                "failed to perform SSH initialization",
-                Cleanup::Destroy,
-            ))
             .map_err(made)?;
         step.success("[+] guest agent, locale, time zone and swap set up");
 
