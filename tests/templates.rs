@@ -454,6 +454,12 @@ async fn ssh_requires_the_host_key_recorded_at_first_contact_or_proved_through_t
         .expect("vmid");
     let ip = common::ip(vmid as u32);
     assert_eq!(known(&server, &ip).len(), 1, "recorded once");
+    // Its fingerprint ends the install, as on the clone path.
+    let fingerprint = events.iter().rfind(|e| !e.is_close()).expect("events").data["host_key"]
+        .as_str()
+        .expect("host_key of an import")
+        .to_string();
+    assert!(fingerprint.starts_with("SHA256:"), "{fingerprint}");
     // Clone path: pinned from what the agent read, before any SSH.
     let (job, events) = common::install(url, CLONE).await;
     let last = events.iter().rfind(|e| !e.is_close()).expect("events");

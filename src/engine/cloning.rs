@@ -16,8 +16,7 @@ use app::request::InstallRequest;
 use app::types::JobState;
 
 use super::allocator::Reservation;
-use super::install::finalizing;
-use super::install::{Cleanup, Failure, failed};
+use super::install::{Cleanup, Failure, Summary, failed, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
 use super::{Engine, memory, sshkey};
 use crate::jobs::{JobHandle, Update};
@@ -179,29 +178,7 @@ impl Engine {
             )
         };
         let identity = self.read_identity(&node, vmid).await.map_err(refuse)?;
-        // Which VMs still exist: the snapshot is enough (a VM destroyed in
-        // its last seconds could only cause a refusal, never a pass).
-        let view = self
-            .cluster
-            .read()
-            .await
-            .map_err(|e| refuse(e.to_string()))?;
-        let alive = |other: u32| {
-            view.snapshot
-                .vms
-                .iter()
-                .find(|vm| vm.vmid == other)
-                .map(|vm| {
-                    let name = vm.name.clone().unwrap_or_default();
-                    if vm.template {
-                        format!("template {name} (VM {other})")
-                    } else {
-                        format!("VM {other} ({name})")
-                    }
-                })
-        };
-        self.claim_identity(vmid, &identity, &alive)
-            .map_err(refuse)?;
+        self.claim_identity(vmid, &identity).await.map_err(refuse)?;
         // Later SSH to this VM (readiness after a start or reboot) requires
         // the key it proved through the hypervisor.
         self.pin_host(p.ip, &identity.host_key).map_err(refuse)?;
@@ -211,7 +188,14 @@ impl Engine {
             identity.machine_id
         ));
 
-        finalizing(job, started, vmid, p.ip, &req.user, Some(&fingerprint));
+        finalizing(
+            job,
+            started,
+            (vmid, p.ip),
+            &req.user,
+            Some(&fingerprint),
+            Summary::WithHostKey,
+        );
         Ok(())
     }
 

@@ -82,6 +82,27 @@ impl Engine {
             .map_err(|e| format!("cannot record the host key: {e}"))
     }
 
+    /// The identity of a VM without a guest agent, as its first SSH contact
+    /// told it: the machine-id the readiness probe printed and the host key
+    /// SSH recorded. Claimed like an agent's; the key's fingerprint.
+    pub(super) async fn first_contact_identity(
+        &self,
+        vmid: u32,
+        ip: Ipv4Addr,
+        machine_id: Option<String>,
+    ) -> Result<Option<String>, String> {
+        let host_key = known_hosts::lookup(&self.known_hosts(), &self.host_token(ip));
+        if machine_id.is_none() && host_key.is_none() {
+            return Ok(None);
+        }
+        let identity = Identity {
+            machine_id: machine_id.unwrap_or_default(),
+            host_key: host_key.unwrap_or_default(),
+        };
+        self.claim_identity(vmid, &identity).await?;
+        Ok(identity.fingerprint())
+    }
+
     /// The machine-id and ed25519 host key, through the guest agent.
     pub(super) async fn read_identity(&self, node: &str, vmid: u32) -> Result<Identity, String> {
         let read = |path: &'static str| async move {
@@ -113,27 +134,41 @@ impl Engine {
     }
 
     /// Refuses an identity another VM or template pvedeck made (one that
-    /// still exists, per `alive`) has; else records it for `vmid`. The
-    /// refusal names both.
-    pub(super) fn claim_identity(
+    /// still exists) has; else records it for `vmid`. The refusal names both.
+    pub(super) async fn claim_identity(
         &self,
         vmid: u32,
         identity: &Identity,
-        alive: &dyn Fn(u32) -> Option<String>,
     ) -> Result<(), String> {
         let known = self.jobs.identities().map_err(|e| e.to_string())?;
-        for (other, machine_id, host_key) in known {
-            if other == vmid {
-                continue;
+        let sharing: Vec<(u32, &'static str)> = known
+            .iter()
+            .filter(|(other, ..)| *other != vmid)
+            .filter_map(|(other, machine_id, host_key)| {
+                shared(identity, machine_id, host_key).map(|what| (*other, what))
+            })
+            .collect();
+        if !sharing.is_empty() {
+            // Only a match asks which VMs still exist: a fresh read, so that
+            // one destroyed since is no conflict.
+            let view = self.cluster.read().await.map_err(|e| e.to_string())?;
+            for (other, what) in sharing {
+                let Some(vm) = view.snapshot.vms.iter().find(|vm| vm.vmid == other) else {
+                    continue;
+                };
+                let name = vm.name.as_deref().unwrap_or_default();
+                return Err(if vm.template {
+                    format!(
+                        "VM {vmid} has the same {what} as template {name} (VM {other}): it was \
+                         cloned from a template whose identity was not cleaned"
+                    )
+                } else {
+                    format!(
+                        "VM {vmid} has the same {what} as VM {other} ({name}): two guests must \
+                         not share it"
+                    )
+                });
             }
-            let (Some(what), Some(name)) = (shared(identity, &machine_id, &host_key), alive(other))
-            else {
-                continue;
-            };
-            return Err(format!(
-                "VM {vmid} has the same {what} as {name}: it was cloned from a template whose \
-                 identity was not cleaned"
-            ));
         }
         self.jobs
             .record_identity(vmid, &identity.machine_id, &identity.host_key, now_ms())

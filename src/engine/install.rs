@@ -93,15 +93,25 @@ fn settle<T: Copy + std::fmt::Display>(
     clamp.value()
 }
 
+/// Which summary an install ends with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Summary {
+    /// go-pve-qemu's four lines (the import path, which its clients know):
+    /// the fingerprint rides on the events only.
+    Seed,
+    /// A fifth line names the host key's fingerprint (the clone path).
+    WithHostKey,
+}
+
 /// `VM initialization > finalizing`: the summary, each event with the VM's
-/// id and address.
+/// id, address and host key fingerprint.
 pub(super) fn finalizing(
     job: &JobHandle,
     started: Instant,
-    vmid: u32,
-    ip: Ipv4Addr,
+    (vmid, ip): (u32, Ipv4Addr),
     user: &str,
     host_key: Option<&str>,
+    summary: Summary,
 ) {
     let step = Step::new(job, Some("VM initialization"), "finalizing");
     let ip = ip.to_string();
@@ -113,7 +123,7 @@ pub(super) fn finalizing(
     done(format!("[*] VMID: {vmid}"));
     done(format!("[*] IP: {ip}"));
     done(format!("[*] User: {user}"));
-    if let Some(key) = host_key {
+    if let (Some(key), Summary::WithHostKey) = (host_key, summary) {
         done(format!("[*] Host key: {key}"));
     }
 }
@@ -143,6 +153,8 @@ struct Plan {
     key: KeyPair,
     /// The node the VM is on (main node, then the migration target).
     node: String,
+    /// The fingerprint of the host key recorded at first contact.
+    host_key: Option<String>,
 }
 
 impl Engine {
@@ -297,7 +309,14 @@ impl Engine {
             .await
             .map_err(|f| (f, at(&plan)))?;
 
-        finalizing(job, started, plan.vmid, plan.ip, &req.user, None);
+        finalizing(
+            job,
+            started,
+            (plan.vmid, plan.ip),
+            &req.user,
+            plan.host_key.as_deref(),
+            Summary::Seed,
+        );
         Ok(())
     }
 
@@ -369,6 +388,7 @@ impl Engine {
                 image,
                 key,
                 node: self.config.main_node.clone(),
+                host_key: None,
             }),
             (Some(Err(failure)), _) | (_, Some(Err(failure))) => Err(failure),
             // Only a failed preparation stops the others, and it returned above.
@@ -610,11 +630,17 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
         step.processing("[*] starting VM");
-        self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Start)
+        let machine_id = self
+            .power_until_ready(&step, &plan.node, vmid, &target, Boot::Start)
             .await?;
 
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
         step.processing("[*] SSH initialization");
+        // The root password goes only to a VM whose identity is its own.
+        plan.host_key = self
+            .first_contact_identity(vmid, plan.ip, machine_id)
+            .await
+            .map_err(|why| Failure::new(&step, format!("[-] {why}"), Cleanup::Keep))?;
         let root_password = self.config.vm_root_password.clone();
         self.init_script(&step, &target, &req.release, root_password)
             .await?;
@@ -624,6 +650,7 @@ impl Engine {
         step.processing("[*] rebooting VM");
         self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
             .await
+            .map(drop)
     }
 
     /// The release's init script over SSH (fetched from pvedeck's `/sh/`),
@@ -710,7 +737,8 @@ impl Engine {
     }
 
     /// `qm start` or `qm reboot`, then the wait for SSH: a failure of either
-    /// keeps the VM (SPEC §3.5), with the seed's message for each.
+    /// keeps the VM (SPEC §3.5), with the seed's message for each. The
+    /// machine-id the guest told at that contact, if any.
     pub(super) async fn power_until_ready(
         &self,
         step: &Step<'_>,
@@ -718,7 +746,7 @@ impl Engine {
         vmid: u32,
         target: &GuestTarget,
         boot: Boot,
-    ) -> Result<(), Failure> {
+    ) -> Result<Option<String>, Failure> {
         let (action, refused) = match boot {
             Boot::Start => (PowerAction::Start, "failed to start VM"),
             Boot::Reboot => (PowerAction::Reboot, "failed to reboot VM"),
@@ -734,12 +762,12 @@ impl Engine {
             )),
             Boot::Reboot => step.processing("[+] VM rebooting"),
         }
-        self.wait_for_ssh(step, target, boot).await.map_err(failed(
+        let machine_id = self.wait_for_ssh(step, target, boot).await.map_err(failed(
             step,
             "failed to connect to VM via SSH",
             Cleanup::Keep,
         ))?;
         step.success("[+] VM is ready");
-        Ok(())
+        Ok(machine_id)
     }
 }

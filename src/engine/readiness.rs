@@ -1,5 +1,6 @@
 //! When a VM is ready: `<user>@<ip> echo ready` over SSH answers (SPEC §3
-//! `waiting for ready`, §4 `waiting for SSH`).
+//! `waiting for ready`, §4 `waiting for SSH`; the same session tells the
+//! machine-id, see `pve::READY_COMMAND`).
 //!
 //! `ssh` is tried every `SSH_POLL_INTERVAL_MS`, at most `SSH_POLL_ATTEMPTS`
 //! times, as go-pve-qemu did; between tries a TCP connect to
@@ -50,7 +51,7 @@ impl Engine {
         step: &Step<'_>,
         target: &GuestTarget,
         boot: Boot,
-    ) -> Result<(), ReadyError> {
+    ) -> Result<Option<String>, ReadyError> {
         let attempts = self.config.ssh_poll_attempts;
         let interval = self.config.ssh_poll_interval;
         let pause = PROBE_EVERY.min(interval);
@@ -68,7 +69,7 @@ impl Engine {
             let now = Instant::now();
             if ssh_due(now, next_turn, open, was_open) {
                 match self.proxmox.guest_ready(target).await {
-                    Ok(()) => return Ok(()),
+                    Ok(machine_id) => return Ok(machine_id),
                     Err(e) if e.is_host_key_refused() => {
                         return Err(ReadyError::HostKey { ip: target.ip });
                     }

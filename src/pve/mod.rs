@@ -127,10 +127,16 @@ pub struct GuestTarget {
     pub known_hosts: Option<PathBuf>,
 }
 
+/// The readiness probe over SSH: `ready` answers, as go-pve-qemu's
+/// `echo ready` did; the machine-id before it lets pvedeck check the
+/// identity of a VM that has no guest agent yet, in the same session.
+pub const READY_COMMAND: &str = "cat /etc/machine-id 2>/dev/null; echo ready";
+
 /// What pvedeck runs inside a VM.
 #[derive(Debug, Clone)]
 pub enum GuestCommand {
-    /// `echo ready`: the readiness probe.
+    /// [`READY_COMMAND`]: the readiness probe, which also tells the
+    /// machine-id at first contact.
     Ready,
     /// Fetch `/sh/<script>` from pvedeck and run it with sudo; the root
     /// password travels on stdin, never in an argument list.

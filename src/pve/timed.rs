@@ -253,12 +253,20 @@ impl Timed {
             .unwrap_or(false)
     }
 
-    /// One readiness try: `ssh <user>@<ip> echo ready`.
-    pub async fn guest_ready(&self, target: &GuestTarget) -> Result<(), PveError> {
+    /// One readiness try: `ssh <user>@<ip> '<READY_COMMAND>'`; the
+    /// machine-id the guest told, if any.
+    pub async fn guest_ready(&self, target: &GuestTarget) -> Result<Option<String>, PveError> {
         let what = || "ssh echo ready".to_string();
-        let quiet = |_: &str| {};
-        let call = self.pve.guest_exec(target, &GuestCommand::Ready, &quiet);
-        self.within(Class::Attempt, what, call).await
+        let told = std::sync::Mutex::new(None);
+        let keep = |line: &str| {
+            let line = line.trim();
+            if line.len() == 32 && line.bytes().all(|b| b.is_ascii_hexdigit()) {
+                *told.lock().unwrap_or_else(|p| p.into_inner()) = Some(line.to_string());
+            }
+        };
+        let call = self.pve.guest_exec(target, &GuestCommand::Ready, &keep);
+        self.within(Class::Attempt, what, call).await?;
+        Ok(told.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The init script over SSH, its output relayed.

@@ -595,7 +595,7 @@ impl Face<'_> {
             key: std::path::PathBuf::new(),
             known_hosts: file,
         };
-        let guest = if command.trim() == "echo ready" {
+        let guest = if [crate::pve::READY_COMMAND, "echo ready"].contains(&command.trim()) {
             GuestCommand::Ready
         } else if let Some(script) = command
             .split("/sh/")

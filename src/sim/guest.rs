@@ -171,6 +171,13 @@ impl SimCluster {
                     self.clock.sleep(timing::CONNECT_REFUSED).await;
                     return Err(unreachable("Connection refused"));
                 }
+                let machine_id = self
+                    .store
+                    .read(|s| s.vms.get(&vmid).map(|vm| vm.inside.machine_id.clone()))
+                    .unwrap_or_default();
+                if !machine_id.is_empty() {
+                    out(&machine_id);
+                }
                 out("ready");
                 Ok(())
             }

@@ -351,8 +351,8 @@ impl Pve for CliBackend {
     ) -> Result<(), PveError> {
         match command {
             GuestCommand::Ready => {
-                let argv = CliBackend::guest_argv(target, "echo ready");
-                self.runner.run(&argv, None, None).await.map(drop)
+                let argv = CliBackend::guest_argv(target, super::READY_COMMAND);
+                self.runner.run(&argv, None, Some(out)).await.map(drop)
             }
             GuestCommand::InitScript {
                 url, root_password, ..
