@@ -64,11 +64,25 @@ async fn a_template_is_built_listed_apart_from_vms_and_deleted() {
         ) < at("qm template 9001")
     );
 
-    let templates = common::json(&format!("{url}/api/templates")).await;
+    let mut templates = common::json(&format!("{url}/api/templates")).await;
+    let built = templates[0]
+        .as_object_mut()
+        .and_then(|t| t.remove("built"))
+        .and_then(|b| b.as_i64())
+        .expect("built");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    assert!(
+        (0..60_000).contains(&(now - built)),
+        "built {built}, now {now}"
+    );
     assert_eq!(
         templates,
         serde_json::json!([{"vmid": 9001, "name": "tpl-debian-12", "os": "debian",
-            "version": "12", "node": "pve1", "state": "ready"}])
+            "version": "12", "node": "pve1", "state": "ready", "job": job,
+            "image": "debian-12-generic-amd64.qcow2"}])
     );
     assert!(
         common::vm(url, 9001).await.is_none(),
@@ -105,7 +119,7 @@ async fn a_template_is_built_listed_apart_from_vms_and_deleted() {
         (status, body.as_str()),
         (
             409,
-            "template tpl-debian-12 exists (VM 9001): delete it to build it again"
+            "template tpl-debian-12 exists (VM 9001): rebuild or delete it"
         )
     );
     let (status, body) = common::post_json(
@@ -528,5 +542,102 @@ async fn ssh_requires_the_host_key_recorded_at_first_contact_or_proved_through_t
             .message()
             .contains("the host key is not the one recorded for this VM"),
         "{failed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_rebuild_replaces_the_template_and_retires_the_old_one_while_linked_clones_use_it() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    // A linked clone of the first template.
+    let (_, events) = common::install(url, CLONE).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let clone = events.iter().rfind(|e| !e.is_close()).expect("events").data["vm_id"]
+        .as_u64()
+        .expect("vm_id");
+
+    let rebuild = |id: u32| {
+        let url = url.clone();
+        async move { common::post_sse(&format!("{url}/api/templates/{id}/rebuild"), "").await }
+    };
+    let (status, body) = common::post_json(&format!("{url}/api/templates/101/rebuild"), "").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (404, "VM 101 is not a template pvedeck built")
+    );
+
+    let (_, _, events) = rebuild(9001).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let retired = events
+        .iter()
+        .find(|e| e.step() == "template build > retiring the old template")
+        .expect("retiring step");
+    assert!(
+        retired.message().starts_with(
+            "[*] old template 9001 kept, retired: linked clones use its disk; delete it once \
+             they are gone"
+        ),
+        "{retired:?}"
+    );
+    let states: Vec<(u64, String)> = common::json(&format!("{url}/api/templates"))
+        .await
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|t| {
+            (
+                t["vmid"].as_u64().unwrap_or(0),
+                t["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [(9001, "retired".to_string()), (9002, "ready".to_string())]
+    );
+
+    // New clones come from the new template; a retired one is not rebuilt.
+    let (_, events) = common::install(url, CLONE).await;
+    assert!(
+        events.iter().any(|e| e
+            .message()
+            .starts_with("[+] template tpl-debian-12 (VM 9002) (")),
+        "{events:#?}"
+    );
+    let (status, body) = common::post_json(&format!("{url}/api/templates/9001/rebuild"), "").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            409,
+            "template tpl-debian-12 (VM 9001) is retired: build its release instead"
+        )
+    );
+
+    let second = events.iter().rfind(|e| !e.is_close()).expect("events").data["vm_id"]
+        .as_u64()
+        .expect("vm_id");
+
+    // Once its clone is gone, the retired template can go too.
+    let (status, _) = common::delete(&format!("{url}/api/templates/9001")).await;
+    assert_eq!(status, 409, "a linked clone still uses it");
+    for vm in [clone, second] {
+        for action in ["stop", "destroy"] {
+            let (status, body) =
+                common::post_json(&format!("{url}/api/vm/{vm}/{action}"), "").await;
+            assert_eq!(status, 200, "{action}: {body}");
+        }
+    }
+    assert_eq!(
+        common::delete(&format!("{url}/api/templates/9001")).await,
+        (200, "ok".to_string())
+    );
+
+    // Without linked clones, a rebuild destroys the old template at once.
+    let (_, _, events) = rebuild(9002).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message().starts_with("[+] old template 9002 destroyed (")),
+        "{events:#?}"
     );
 }

@@ -228,11 +228,20 @@ pub struct TemplateInfo {
     pub os: String,
     pub version: String,
     pub node: String,
-    /// `ready`, or `building` while its job runs.
+    /// `ready`; `building` while its job runs; `retired` when a rebuild
+    /// replaced it but linked clones still use its disk (no new clone
+    /// comes from it; delete it once they are gone).
     pub state: String,
-    /// The build job, while it runs.
+    /// The build job: while it runs, or the one that built it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<u64>,
+    /// When it was built (milliseconds since the epoch), where pvedeck
+    /// recorded it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub built: Option<i64>,
+    /// The cloud image it was built from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]

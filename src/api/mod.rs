@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/vm/{id}/set/node", post(vm::set_node))
         .route("/templates", get(templates::list).post(templates::build))
         .route("/templates/{id}", delete(templates::delete))
+        .route("/templates/{id}/rebuild", post(templates::rebuild))
         .route("/jobs", get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/events", get(jobs::events))

@@ -63,6 +63,7 @@ pub struct Done(#[allow(dead_code)] String);
         super::vm::set_node,
         super::templates::list,
         super::templates::build,
+        super::templates::rebuild,
         super::templates::delete,
         super::jobs::list,
         super::jobs::show,

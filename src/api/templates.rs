@@ -42,6 +42,22 @@ pub async fn build(
     sse::job_events(state.engine.jobs(), job, 0)
 }
 
+/// Builds the template's release anew, streamed like a build; the old
+/// template serves clones until the new one is ready, then is destroyed, or
+/// kept as `retired` while linked clones use its disk. 404 for a VM that is
+/// not a template pvedeck built, 409 while one of its release is being built.
+#[utoipa::path(
+    post,
+    tag = "templates",
+    path = "/api/templates/{id}/rebuild",
+    params(("id" = u32, Path, description = "the template's VMID")),
+    responses((status = 200, response = Events), (status = "default", response = Refused))
+)]
+pub async fn rebuild(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
+    let job = state.engine.rebuild_template(id).await?;
+    sse::job_events(state.engine.jobs(), job, 0)
+}
+
 /// `qm destroy --purge` of a template pvedeck built; 409 while it is being
 /// built or linked clones use it.
 #[utoipa::path(

@@ -20,9 +20,13 @@ use super::report::{Out, Step};
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
+use crate::store::TemplateBuilt;
 
 /// The tag that marks a template pvedeck built (beside the os tag).
 pub const TAG: &str = "pvedeck-template";
+/// Beside [`TAG`]: a rebuild replaced the template, but linked clones
+/// still use its disk, so Proxmox keeps it. No clone comes from it.
+pub const RETIRED: &str = "pvedeck-retired";
 
 /// What removes a booted guest's identity: the next boot (a clone's first)
 /// writes a new machine-id and new host keys.
@@ -31,7 +35,19 @@ const CLEAN_IDENTITY: &str = "cloud-init clean --logs --machine-id && rm -f /etc
 /// Templates being built: template VMID → (name, job id).
 pub type Builds = std::sync::Mutex<BTreeMap<u32, (String, u64)>>;
 
-fn info(vmid: u32, name: &str, node: &str, job: Option<u64>) -> TemplateInfo {
+fn has_tag(vm: &VmResource, tag: &str) -> bool {
+    vm.tags
+        .as_deref()
+        .is_some_and(|tags| tags.split([';', ',']).any(|t| t == tag))
+}
+
+/// One line of the list: `state` is `ready`, `retired` or `building`.
+fn info(
+    (vmid, name, node): (u32, &str, &str),
+    state: &str,
+    job: Option<u64>,
+    record: Option<&TemplateBuilt>,
+) -> TemplateInfo {
     let release = app::os::RELEASES.iter().find(|r| r.template_name() == name);
     TemplateInfo {
         vmid,
@@ -39,9 +55,18 @@ fn info(vmid: u32, name: &str, node: &str, job: Option<u64>) -> TemplateInfo {
         os: release.map(|r| r.os.to_string()).unwrap_or_default(),
         version: release.map(|r| r.version.to_string()).unwrap_or_default(),
         node: node.to_string(),
-        state: if job.is_some() { "building" } else { "ready" }.to_string(),
-        job,
+        state: state.to_string(),
+        job: job.or(record.map(|r| r.job)),
+        built: record.map(|r| r.built),
+        image: record.map(|r| r.image.clone()),
     }
+}
+
+/// The template a rebuild replaces.
+#[derive(Debug, Clone)]
+struct Replacing {
+    vmid: u32,
+    node: String,
 }
 
 /// Removes a build from the running ones when its job ends, however.
@@ -52,14 +77,15 @@ struct Building<'a> {
 
 impl Engine {
     /// The templates pvedeck built that are ready to clone: tagged, in the
-    /// range, not being built.
+    /// range, not being built, not retired.
     pub(super) fn ready_templates<'a>(
         &self,
         vms: &'a [VmResource],
     ) -> impl Iterator<Item = &'a VmResource> + use<'a, '_> {
         let builds = self.builds();
-        vms.iter()
-            .filter(move |vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+        vms.iter().filter(move |vm| {
+            self.is_ours(vm) && !has_tag(vm, RETIRED) && !builds.contains_key(&vm.vmid)
+        })
     }
 }
 
@@ -80,23 +106,34 @@ impl Engine {
 
     /// A template pvedeck built: in the template range, tagged.
     pub(super) fn is_ours(&self, vm: &VmResource) -> bool {
-        vm.template
-            && self.config.template_ids.contains(&vm.vmid)
-            && vm
-                .tags
-                .as_deref()
-                .is_some_and(|tags| tags.split([';', ',']).any(|t| t == TAG))
+        vm.template && self.config.template_ids.contains(&vm.vmid) && has_tag(vm, TAG)
     }
 
-    /// `GET /api/templates`: the ready ones and those being built.
+    /// `GET /api/templates`: the ready and retired ones, and those being
+    /// built, with what each was built from and when.
     pub async fn templates(&self) -> Result<Vec<TemplateInfo>, EngineError> {
         let view = self.cluster.read().await?;
-        let mut list: Vec<TemplateInfo> = self
-            .ready_templates(&view.snapshot.vms)
-            .map(|vm| info(vm.vmid, vm.name.as_deref().unwrap_or(""), &vm.node, None))
+        let records = self.jobs.templates()?;
+        let record = |vmid: u32| records.iter().find(|r| r.vmid == vmid);
+        let builds = self.builds();
+        let mut list: Vec<TemplateInfo> = view
+            .snapshot
+            .vms
+            .iter()
+            .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
+            .map(|vm| {
+                let state = if has_tag(vm, RETIRED) {
+                    "retired"
+                } else {
+                    "ready"
+                };
+                let name = vm.name.as_deref().unwrap_or("");
+                info((vm.vmid, name, &vm.node), state, None, record(vm.vmid))
+            })
             .collect();
-        for (vmid, (name, job)) in self.builds() {
-            list.push(info(vmid, &name, &self.config.main_node, Some(job)));
+        for (vmid, (name, job)) in builds {
+            let at = (vmid, name.as_str(), self.config.main_node.as_str());
+            list.push(info(at, "building", Some(job), None));
         }
         list.sort_by_key(|t| t.vmid);
         Ok(list)
@@ -105,15 +142,60 @@ impl Engine {
     /// `POST /api/templates`: refuses a release whose template exists or is
     /// being built (409), picks the template's id, starts the build job.
     pub async fn build_template(self: &Arc<Self>, release: Release) -> Result<u64, EngineError> {
+        self.start_build(release, None).await
+    }
+
+    /// `POST /api/templates/:id/rebuild`: builds the release's template
+    /// anew (the old one serves clones meanwhile), then retires the old
+    /// one: destroyed, or kept and tagged [`RETIRED`] while linked clones
+    /// use its disk.
+    pub async fn rebuild_template(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
+        let vms = self.proxmox.cluster_vms().await?;
+        let vm = vms
+            .iter()
+            .find(|vm| vm.vmid == vmid && self.is_ours(vm))
+            .ok_or_else(|| {
+                EngineError::NotFound(format!("VM {vmid} is not a template pvedeck built"))
+            })?;
+        let name = vm.name.as_deref().unwrap_or("");
+        if has_tag(vm, RETIRED) {
+            return Err(EngineError::Conflict(format!(
+                "template {name} (VM {vmid}) is retired: build its release instead"
+            )));
+        }
+        let release = app::os::RELEASES
+            .iter()
+            .find(|r| r.template_name() == name)
+            .copied()
+            .ok_or_else(|| {
+                EngineError::Conflict(format!(
+                    "template {vmid} is named {name:?}, which names no release pvedeck knows"
+                ))
+            })?;
+        let replacing = Replacing {
+            vmid,
+            node: vm.node.clone(),
+        };
+        self.start_build(release, Some(replacing)).await
+    }
+
+    async fn start_build(
+        self: &Arc<Self>,
+        release: Release,
+        replacing: Option<Replacing>,
+    ) -> Result<u64, EngineError> {
         let name = release.template_name();
         // A fresh read: the id must be free now, not two seconds ago.
         let vms = self.proxmox.cluster_vms().await?;
-        if let Some(vm) = vms
-            .iter()
-            .find(|vm| self.is_ours(vm) && vm.name.as_deref() == Some(name.as_str()))
-        {
+        let replaced = replacing.as_ref().map(|r| r.vmid);
+        if let Some(vm) = vms.iter().find(|vm| {
+            self.is_ours(vm)
+                && !has_tag(vm, RETIRED)
+                && vm.name.as_deref() == Some(name.as_str())
+                && Some(vm.vmid) != replaced
+        }) {
             return Err(EngineError::Conflict(format!(
-                "template {name} exists (VM {}): delete it to build it again",
+                "template {name} exists (VM {}): rebuild or delete it",
                 vm.vmid
             )));
         }
@@ -153,12 +235,20 @@ impl Engine {
                 builds: &engine.template_builds,
                 vmid,
             };
-            engine.run_template(job, release, vmid, name).await;
+            engine
+                .run_template(job, release, (vmid, name), replacing)
+                .await;
         });
         Ok(id)
     }
 
-    async fn run_template(&self, job: JobHandle, release: Release, vmid: u32, name: String) {
+    async fn run_template(
+        &self,
+        job: JobHandle,
+        release: Release,
+        (vmid, name): (u32, String),
+        replacing: Option<Replacing>,
+    ) {
         let started = Instant::now();
         // The borrowed address goes back when the job ends.
         let mut held: Option<Reservation> = None;
@@ -167,13 +257,26 @@ impl Engine {
             .template_steps(&job, &release, vmid, &name, &node, &mut held)
             .await;
         match result {
-            Ok(()) => {
+            Ok(image) => {
+                let record = TemplateBuilt {
+                    vmid,
+                    image,
+                    built: crate::clock::now_ms(),
+                    job: job.id(),
+                };
+                if let Err(e) = self.jobs.record_template(&record) {
+                    // The template works; only its age and image go unshown.
+                    tracing::warn!(vmid, "cannot record the template build: {e}");
+                }
                 // Ready before the job says so: whoever follows the job (an
                 // install waiting for this template) finds it at once.
                 self.template_builds
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&vmid);
+                if let Some(old) = replacing {
+                    self.retire(&job, &release, old).await;
+                }
                 let step = Step::new(&job, Some("template build"), "finalizing");
                 step.made(
                     format!(
@@ -198,7 +301,32 @@ impl Engine {
         drop(held);
     }
 
-    /// The build's steps; on failure, whether the VM exists.
+    /// A rebuild's last step: no clone comes from the old template any
+    /// more; it goes, unless linked clones use its disk. Its failure does
+    /// not fail the build: the new template is ready either way.
+    async fn retire(&self, job: &JobHandle, release: &Release, old: Replacing) {
+        let step = Step::new(job, Some("template build"), "retiring the old template");
+        let vmid = old.vmid;
+        let tags = qm_options([("tags", format!("{TAG};{RETIRED};{}", release.os))]);
+        let tagged = self.proxmox.set(&old.node, vmid, &tags).await;
+        match self.proxmox.destroy(&old.node, vmid, false).await {
+            Ok(()) => step.success(&format!("[+] old template {vmid} destroyed")),
+            Err(e) if e.is_base_in_use() && tagged.is_ok() => step.success(&format!(
+                "[*] old template {vmid} kept, retired: linked clones use its disk; \
+                 delete it once they are gone"
+            )),
+            Err(e) => {
+                let why = tagged.err().unwrap_or(e);
+                step.success(&format!(
+                    "[*] old template {vmid} could not be retired: {}",
+                    super::one_line(&why.to_string())
+                ));
+            }
+        }
+    }
+
+    /// The build's steps, and the image it was built from; on failure,
+    /// whether the VM exists.
     async fn template_steps(
         &self,
         job: &JobHandle,
@@ -207,7 +335,7 @@ impl Engine {
         name: &str,
         node: &str,
         held: &mut Option<Reservation>,
-    ) -> Result<(), (Failure, bool)> {
+    ) -> Result<String, (Failure, bool)> {
         let before = |f: Failure| (f, false);
         let made = |f: Failure| (f.destroying(), true);
         let cfg = &self.config;
@@ -250,6 +378,10 @@ impl Engine {
             .await
             .map_err(before)?;
         let key = self.ssh_key_stage(Out::Job(job)).await.map_err(before)?;
+        let image_name = image
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
 
         let step = Step::new(job, Some("template build"), "creating VM");
         self.create_vm(&step, node, vmid, name, 2, 2048)
@@ -293,6 +425,14 @@ impl Engine {
             ("boot", "c".to_string()),
             ("bootdisk", "scsi0".to_string()),
             ("ipconfig0", format!("ip={ip}/24,gw={}", cfg.gateway)),
+            // What the Proxmox UI shows as the template's notes.
+            (
+                "description",
+                format!(
+                    "pvedeck template {name}: built from {image_name} by job {}",
+                    job.id()
+                ),
+            ),
         ]);
         self.proxmox
             .set(node, vmid, &options)
@@ -380,7 +520,7 @@ impl Engine {
             ))
             .map_err(made)?;
         step.success(&format!("[+] VM {vmid} is now template {name}"));
-        Ok(())
+        Ok(image_name)
     }
 
     /// `DELETE /api/templates/:id`: a template pvedeck built and is not
@@ -416,12 +556,23 @@ mod tests {
     #[test]
     fn a_template_lists_its_release_and_a_name_of_none_lists_none() {
         let release = app::os::RELEASES[0];
-        let listed = info(9001, &release.template_name(), "pve1", None);
+        let name = release.template_name();
+        let record = TemplateBuilt {
+            vmid: 9001,
+            image: "debian-12-generic-amd64.qcow2".into(),
+            built: 7,
+            job: 4,
+        };
+        let listed = info((9001, &name, "pve1"), "ready", None, Some(&record));
+        assert_eq!(
+            (listed.job, listed.built, listed.image.as_deref()),
+            (Some(4), Some(7), Some("debian-12-generic-amd64.qcow2"))
+        );
         assert_eq!(
             (listed.os, listed.version, listed.state.as_str()),
             (release.os.to_string(), release.version.to_string(), "ready")
         );
-        let foreign = info(9002, "tpl-plan9-4", "pve1", Some(7));
+        let foreign = info((9002, "tpl-plan9-4", "pve1"), "building", Some(7), None);
         assert_eq!(
             (foreign.os.as_str(), foreign.state.as_str()),
             ("", "building")

@@ -13,7 +13,7 @@ use tokio::sync::{broadcast, mpsc};
 use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use crate::clock::now_ms;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, TemplateBuilt};
 
 /// What a follower receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +105,15 @@ impl Jobs {
         at: i64,
     ) -> Result<(), StoreError> {
         self.store.record_identity(vmid, machine_id, host_key, at)
+    }
+
+    /// What each template pvedeck built was built from, and when.
+    pub fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
+        self.store.record_template(built)
+    }
+
+    pub fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
+        self.store.templates()
     }
 
     pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {

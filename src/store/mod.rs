@@ -32,6 +32,17 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
+/// What a template build leaves to know the template by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateBuilt {
+    pub vmid: u32,
+    /// The cloud image's file name.
+    pub image: String,
+    /// Milliseconds since the epoch.
+    pub built: i64,
+    pub job: u64,
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -60,6 +71,12 @@ CREATE TABLE IF NOT EXISTS identities (
     machine_id TEXT    NOT NULL,
     host_key   TEXT    NOT NULL,
     recorded   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS templates (
+    vmid  INTEGER PRIMARY KEY,
+    image TEXT    NOT NULL,
+    built INTEGER NOT NULL,
+    job   INTEGER NOT NULL
 );
 ";
 
@@ -261,6 +278,30 @@ impl Store {
         Ok(())
     }
 
+    /// A template built: from which image, when, by which job.
+    pub fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO templates (vmid, image, built, job) VALUES (?1, ?2, ?3, ?4)",
+            params![built.vmid, built.image, built.built, built.job],
+        )?;
+        Ok(())
+    }
+
+    /// Every template build recorded, by VMID.
+    pub fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT vmid, image, built, job FROM templates")?;
+        let rows = stmt.query_map([], |row| {
+            Ok(TemplateBuilt {
+                vmid: row.get(0)?,
+                image: row.get(1)?,
+                built: row.get(2)?,
+                job: row.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Every recorded identity: (vmid, machine-id, host key).
     pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
         let conn = self.conn();
@@ -353,6 +394,23 @@ mod tests {
         let events = store.events(1, 0).unwrap();
         assert_eq!(events[0].event.ip.as_deref(), Some("192.168.0.101"));
         assert_eq!(events[0].event.host_key, None);
+        let built = TemplateBuilt {
+            vmid: 9001,
+            image: "debian-12-generic-amd64.qcow2".into(),
+            built: 5,
+            job: 3,
+        };
+        store.record_template(&built).unwrap();
+        store
+            .record_template(&TemplateBuilt {
+                built: 6,
+                ..built.clone()
+            })
+            .unwrap();
+        assert_eq!(
+            store.templates().unwrap(),
+            [TemplateBuilt { built: 6, ..built }]
+        );
         store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
         store
             .record_identity(107, "m2", "ssh-ed25519 K2", 3)
