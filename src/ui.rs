@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use app::backend::{Backend, Caller};
-use app::request::{Body, InstallBody, SetNode};
+use app::request::{Body, InstallBody, SetNode, TemplateBody};
 use app::types::{
-    Catalog, Job, JobDetail, ListFilter, OVERVIEW_PAGE, Overview, Resize, UiError, VmAction,
-    VmDetail, VmList,
+    Catalog, Job, JobDetail, ListFilter, OVERVIEW_PAGE, Overview, Resize, TemplatesPage, UiError,
+    VmAction, VmDetail, VmList,
 };
 
 use crate::api::status_of;
@@ -136,5 +136,28 @@ impl Backend for UiBackend {
         self.authorize(&caller)?;
         let node = self.check(body)?;
         self.0.migrate(vmid, node).await.map_err(ui)
+    }
+
+    async fn templates(&self) -> Result<TemplatesPage, UiError> {
+        Ok(TemplatesPage {
+            now: crate::clock::now_ms(),
+            templates: self.0.templates().await.map_err(ui)?,
+        })
+    }
+
+    async fn build_template(&self, caller: Caller, body: TemplateBody) -> Result<u64, UiError> {
+        self.authorize(&caller)?;
+        let release = self.check(body)?;
+        self.0.build_template(release).await.map_err(ui)
+    }
+
+    async fn rebuild_template(&self, caller: Caller, vmid: u32) -> Result<u64, UiError> {
+        self.authorize(&caller)?;
+        self.0.rebuild_template(vmid).await.map_err(ui)
+    }
+
+    async fn delete_template(&self, caller: Caller, vmid: u32) -> Result<(), UiError> {
+        self.authorize(&caller)?;
+        self.0.delete_template(vmid).await.map_err(ui)
     }
 }

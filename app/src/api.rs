@@ -8,9 +8,10 @@
 use leptos::prelude::*;
 
 use crate::codec::Json;
-use crate::request::{InstallBody, SetNode};
+use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
+    Catalog, Job, JobDetail, ListFilter, Overview, Resize, TemplatesPage, UiError, VmAction,
+    VmDetail,
 };
 
 /// What the engine answered: the value, or its refusal.
@@ -114,6 +115,32 @@ pub async fn resize_vm(vmid: u32, change: Resize) -> Result<Answer<()>, UiError>
 pub async fn migrate_vm(vmid: u32, body: SetNode) -> Result<Answer<u64>, UiError> {
     let caller = server::caller().await;
     Ok(server::backend()?.0.migrate(caller, vmid, body).await)
+}
+
+/// The golden templates, and the server's clock for their age.
+#[server(prefix = "/fn", endpoint = "templates", output = Json)]
+pub async fn get_templates() -> Result<Answer<TemplatesPage>, UiError> {
+    Ok(server::backend()?.0.templates().await)
+}
+
+/// Starts a template build; returns its job id.
+#[server(prefix = "/fn", endpoint = "build-template", input = Json, output = Json)]
+pub async fn build_template(body: TemplateBody) -> Result<Answer<u64>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.build_template(caller, body).await)
+}
+
+/// Builds a template anew, retiring the old one; returns the job id.
+#[server(prefix = "/fn", endpoint = "rebuild-template", input = Json, output = Json)]
+pub async fn rebuild_template(vmid: u32) -> Result<Answer<u64>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.rebuild_template(caller, vmid).await)
+}
+
+#[server(prefix = "/fn", endpoint = "delete-template", input = Json, output = Json)]
+pub async fn delete_template(vmid: u32) -> Result<Answer<()>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.delete_template(caller, vmid).await)
 }
 
 /// Whether this server wants a login before changes (`API_TOKENS`).

@@ -5,9 +5,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::request::{InstallBody, SetNode};
+use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, Overview, Resize, UiError, VmAction, VmDetail,
+    Catalog, Job, JobDetail, ListFilter, Overview, Resize, TemplatesPage, UiError, VmAction,
+    VmDetail,
 };
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
@@ -43,6 +44,12 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<u64>, UiError>;
     async fn resize(&self, caller: Caller, vmid: u32, change: Resize) -> Result<(), UiError>;
     async fn migrate(&self, caller: Caller, vmid: u32, body: SetNode) -> Result<u64, UiError>;
+
+    async fn templates(&self) -> Result<TemplatesPage, UiError>;
+    /// Build, rebuild: the job's id.
+    async fn build_template(&self, caller: Caller, body: TemplateBody) -> Result<u64, UiError>;
+    async fn rebuild_template(&self, caller: Caller, vmid: u32) -> Result<u64, UiError>;
+    async fn delete_template(&self, caller: Caller, vmid: u32) -> Result<(), UiError>;
 }
 
 #[derive(Clone)]

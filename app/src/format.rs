@@ -61,6 +61,17 @@ pub fn utc(ms: i64) -> String {
     )
 }
 
+/// How long ago, coarsely: `just now`, `5 min ago`, `3 h ago`, `12 days ago`.
+pub fn age(ms: i64) -> String {
+    let mins = ms.max(0) / 60_000;
+    match mins {
+        0 => "just now".to_string(),
+        1..60 => format!("{mins} min ago"),
+        60..2880 => format!("{} h ago", mins / 60),
+        _ => format!("{} days ago", mins / 1440),
+    }
+}
+
 /// `4.2s`, `1m 23s`, `2h 5m`.
 pub fn duration(ms: i64) -> String {
     let ms = ms.max(0);
@@ -83,6 +94,10 @@ mod time_tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00");
         assert_eq!(utc(1_796_290_397_159), "2026-12-03 09:33:17");
         assert_eq!(duration(4_200), "4.2s");
+        assert_eq!(age(59_999), "just now");
+        assert_eq!(age(5 * 60_000), "5 min ago");
+        assert_eq!(age(47 * 3_600_000 + 59 * 60_000), "47 h ago");
+        assert_eq!(age(12 * 86_400_000), "12 days ago");
         assert_eq!(duration(59_960), "60.0s");
         assert_eq!(duration(0), "0.0s");
         assert_eq!(duration(83_000), "1m 23s");

@@ -6,6 +6,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use crate::pages::templates::Row;
 use crate::timeline::StageView;
 use crate::types::{Job, NodeSummary, VmSummary};
 
@@ -13,6 +14,10 @@ fn hash(value: impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
+}
+
+pub fn template_row(row: &Row) -> u64 {
+    hash(row)
 }
 
 pub fn vm(vm: &VmSummary) -> u64 {

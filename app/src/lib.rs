@@ -33,6 +33,7 @@ use leptos_router::{
 use pages::jobs::{JobPage, Jobs};
 use pages::login::Login;
 use pages::new_vm::NewVm;
+use pages::templates::Templates;
 use pages::vm::VmPage;
 use pages::{not_found::NotFound, overview::Overview};
 
@@ -85,6 +86,7 @@ pub fn App() -> impl IntoView {
                 <nav aria-label="main">
                     <A href="/" exact=true>"Overview"</A>
                     <A href="/new">"New VM"</A>
+                    <A href="/templates">"Templates"</A>
                     <A href="/jobs">"Jobs"</A>
                 </nav>
             </header>
@@ -93,6 +95,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
                     <Route path=path!("/new") view=NewVm ssr=SsrMode::Async/>
                     <Route path=path!("/vm/:id") view=VmPage ssr=SsrMode::Async/>
+                    <Route path=path!("/templates") view=Templates ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=Jobs ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/:id") view=JobPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=Login ssr=SsrMode::Async/>

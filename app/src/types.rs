@@ -219,7 +219,7 @@ pub enum VmOutcome {
 }
 
 /// A golden template pvedeck built (or is building): `GET /api/templates`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct TemplateInfo {
     pub vmid: u32,
@@ -242,6 +242,14 @@ pub struct TemplateInfo {
     /// The cloud image it was built from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+}
+
+/// The `/templates` page: the templates, and the server's clock to tell
+/// their age by (the same on the server and after hydration).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplatesPage {
+    pub now: i64,
+    pub templates: Vec<TemplateInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]

@@ -206,7 +206,7 @@ test('the job history lists every job and replays one', async () => {
 
 test('pages fit a 390 px wide screen', async () => {
   const { page, errors } = await openPage(browser, { viewport: { width: 390, height: 844 } });
-  for (const [path, name] of [['/', 'narrow-overview'], ['/new', 'narrow-new'], ['/vm/102', 'narrow-vm']]) {
+  for (const [path, name] of [['/', 'narrow-overview'], ['/new', 'narrow-new'], ['/vm/102', 'narrow-vm'], ['/templates', 'narrow-templates']]) {
     await page.goto(BASE_URL + path);
     await waitForHydration(page);
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
@@ -242,5 +242,38 @@ test('with a ready template the form installs by linked clone and shows the host
   await result.getByRole('link', { name: "Open the VM's page" }).click();
   await page.waitForURL(/\/vm\/\d+$/);
   assert.equal(await page.locator('.vm-detail .host-key').textContent(), fingerprint);
+  assert.deepEqual(errors, []);
+});
+
+test('the templates page builds a template, shows its age and image, and rebuilds it', async () => {
+  const { page, errors } = await openPage(browser);
+  await page.goto(BASE_URL + '/templates');
+  await waitForHydration(page);
+  // Rocky Linux 9: a release no other test builds a template of.
+  const row = page.locator('tr[data-release="rockylinux 9"]');
+  assert.equal(await row.locator('.badge').textContent(), 'not built');
+  await row.getByRole('button', { name: 'Build the template of rockylinux 9' }).click();
+  const note = page.locator('.note-ok');
+  await note.waitFor();
+  assert.match(await note.textContent(), /^building the template of rockylinux 9 — follow job #\d+$/);
+  // The table reads the server again by itself: building, then ready.
+  await row.locator('.badge.tpl-ready').waitFor({ timeout: 60_000 });
+  assert.equal(await row.getAttribute('data-template'), 'tpl-rockylinux-9');
+  const cells = row.locator('td');
+  assert.equal(await cells.nth(3).textContent(), 'just now');
+  assert.match(await cells.nth(4).textContent(), /\.qcow2$/);
+  const first = await row.getAttribute('data-vmid');
+  await screenshot(page, 'templates');
+
+  // A rebuild makes a new one; the old one, with no linked clone, goes.
+  await row.getByRole('button', { name: `Rebuild template ${first}` }).click();
+  await page.getByText(`rebuilding template ${first} — follow job #`).waitFor();
+  const rebuilt = page.locator(
+    `tr[data-release="rockylinux 9"]:not([data-vmid="${first}"]) .badge.tpl-ready`,
+  );
+  await rebuilt.waitFor({ timeout: 60_000 });
+  await page.locator(`tr[data-vmid="${first}"]`).waitFor({ state: 'detached' });
+  const listed = await getJson('/api/templates');
+  assert.ok(!listed.some((t) => String(t.vmid) === first), JSON.stringify(listed));
   assert.deepEqual(errors, []);
 });

@@ -3,4 +3,5 @@ pub mod login;
 pub mod new_vm;
 pub mod not_found;
 pub mod overview;
+pub mod templates;
 pub mod vm;
