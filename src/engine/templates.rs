@@ -145,20 +145,24 @@ impl Engine {
         self.start_build(release, None).await
     }
 
+    /// A template pvedeck built, read fresh from the cluster; else 404.
+    async fn our_template(&self, vmid: u32) -> Result<VmResource, EngineError> {
+        let vms = self.proxmox.cluster_vms().await?;
+        vms.into_iter()
+            .find(|vm| vm.vmid == vmid && self.is_ours(vm))
+            .ok_or_else(|| {
+                EngineError::NotFound(format!("VM {vmid} is not a template pvedeck built"))
+            })
+    }
+
     /// `POST /api/templates/:id/rebuild`: builds the release's template
     /// anew (the old one serves clones meanwhile), then retires the old
     /// one: destroyed, or kept and tagged [`RETIRED`] while linked clones
     /// use its disk.
     pub async fn rebuild_template(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
-        let vms = self.proxmox.cluster_vms().await?;
-        let vm = vms
-            .iter()
-            .find(|vm| vm.vmid == vmid && self.is_ours(vm))
-            .ok_or_else(|| {
-                EngineError::NotFound(format!("VM {vmid} is not a template pvedeck built"))
-            })?;
+        let vm = self.our_template(vmid).await?;
         let name = vm.name.as_deref().unwrap_or("");
-        if has_tag(vm, RETIRED) {
+        if has_tag(&vm, RETIRED) {
             return Err(EngineError::Conflict(format!(
                 "template {name} (VM {vmid}) is retired: build its release instead"
             )));
@@ -531,13 +535,7 @@ impl Engine {
                 "template {name} (VM {vmid}) is being built (job {job})"
             )));
         }
-        let vms = self.proxmox.cluster_vms().await?;
-        let vm = vms
-            .iter()
-            .find(|vm| vm.vmid == vmid && self.is_ours(vm))
-            .ok_or_else(|| {
-                EngineError::NotFound(format!("VM {vmid} is not a template pvedeck built"))
-            })?;
+        let vm = self.our_template(vmid).await?;
         match self.proxmox.destroy(&vm.node, vmid, false).await {
             Ok(()) => Ok(()),
             Err(e) if e.is_base_in_use() => Err(EngineError::Conflict(format!(
