@@ -656,6 +656,7 @@ fn bundle(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
         ("/jobs", "live_jobs"),
         ("/jobs/:id", "live_job"),
         ("/login", "login_form"),
+        ("/templates", "live_templates"),
     ] {
         let (raw, gz, n) = island(name)?;
         let wasm = (main.0 + raw, main.1 + gz);
