@@ -16,6 +16,7 @@ pub use app::secret::Secret;
 
 use crate::net::AllowList;
 use crate::scripts::ScriptSet;
+use crate::sites::{self, Sites};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -76,6 +77,9 @@ pub struct Config {
     /// `IMAGE_BASE_<OS>` overrides.
     pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
+    /// `PUBLIC_URL`, `ALLOWED_HOSTS`, `ALLOWED_ORIGINS`: where a
+    /// state-changing request may come from.
+    pub sites: Sites,
     pub ssh_port: u16,
     pub ssh_poll_interval: Duration,
     pub ssh_poll_attempts: u32,
@@ -113,7 +117,13 @@ pub struct Config {
 impl Config {
     /// Reads the process environment (after `.env` was loaded into it).
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_vars(std::env::vars())
+        let mut config = Config::from_vars(std::env::vars())?;
+        // The machine's name: how its admins reach it on their network.
+        config.sites.own_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|name| name.trim().to_ascii_lowercase())
+            .filter(|name| !name.is_empty());
+        Ok(config)
     }
 
     /// Parses a set of variables; used by `from_env` and by tests, which must
@@ -190,6 +200,53 @@ impl Vars<'_> {
         };
         self.parse_with(var, expected, |raw| {
             raw.parse::<u16>().ok().filter(|p| u64::from(*p) >= min)
+        })
+    }
+
+    /// `PUBLIC_URL`, `ALLOWED_HOSTS`, `ALLOWED_ORIGINS`.
+    fn sites(&self) -> Result<Sites, ConfigError> {
+        let public = self.parse_with("PUBLIC_URL", "is not an http:// or https:// URL", |raw| {
+            sites::origin(raw, true)
+        })?;
+        let list = |var: &str| {
+            self.get(var)
+                .map(|raw| {
+                    raw.split([',', ' '])
+                        .filter(|item| !item.is_empty())
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        };
+        let hosts = list("ALLOWED_HOSTS")
+            .into_iter()
+            .map(|host| {
+                let name = host.to_ascii_lowercase();
+                let fits = name
+                    .split('.')
+                    .all(|label| is_dns_label(label) && !label.is_empty());
+                fits.then_some(name).ok_or_else(|| {
+                    invalid("ALLOWED_HOSTS", &host, "is not a host name (a comma list)")
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let origins = list("ALLOWED_ORIGINS")
+            .into_iter()
+            .map(|raw| {
+                sites::origin(&raw, false).ok_or_else(|| {
+                    invalid(
+                        "ALLOWED_ORIGINS",
+                        &raw,
+                        "is not an origin such as https://portal.example.org (a comma list)",
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Sites {
+            public,
+            hosts,
+            origins,
+            own_name: None,
         })
     }
 
@@ -380,6 +437,8 @@ impl Vars<'_> {
                 .collect::<Result<_, _>>()?,
         };
 
+        let sites = self.sites()?;
+
         let sim_speed = self
             .parse_with("SIM_SPEED", "is not a positive number", |raw| {
                 raw.parse::<f64>()
@@ -432,6 +491,7 @@ impl Vars<'_> {
             image_cache_dir,
             image_base,
             api_tokens,
+            sites,
             ssh_port,
             ssh_poll_interval,
             ssh_poll_attempts,
@@ -599,6 +659,28 @@ mod tests {
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(50));
         let c = parse(&[("SIM_SPEED", "100"), ("SSH_POLL_INTERVAL_MS", "7")]).unwrap();
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn sites_are_read_and_checked() {
+        let c = parse(&[
+            ("PUBLIC_URL", "https://Deck.example.org/pvedeck"),
+            ("ALLOWED_HOSTS", "deck.lan, Deck2.lan"),
+            ("ALLOWED_ORIGINS", "https://portal.example.org"),
+        ])
+        .unwrap();
+        assert_eq!(c.sites.public.as_deref(), Some("https://deck.example.org"));
+        assert_eq!(c.sites.hosts, ["deck.lan", "deck2.lan"]);
+        assert_eq!(c.sites.origins, ["https://portal.example.org"]);
+        assert_eq!(
+            err(&[("PUBLIC_URL", "deck.example.org")]),
+            "PUBLIC_URL=deck.example.org is not an http:// or https:// URL"
+        );
+        assert_eq!(
+            err(&[("ALLOWED_HOSTS", "deck_lan")]),
+            "ALLOWED_HOSTS=deck_lan is not a host name (a comma list)"
+        );
+        assert!(err(&[("ALLOWED_ORIGINS", "https://x.org/path")]).starts_with("ALLOWED_ORIGINS="));
     }
 
     #[test]

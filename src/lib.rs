@@ -19,5 +19,6 @@ pub mod scripts;
 mod secret;
 pub mod server;
 pub mod sim;
+pub mod sites;
 pub mod store;
 pub mod ui;

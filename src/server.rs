@@ -132,6 +132,10 @@ pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
             AppState,
             _,
         >(context, shell))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::middleware::guard_cross_site,
+        ))
         .layer(axum::middleware::from_fn(api::middleware::log_request))
         .with_state(state);
     Ok(router)

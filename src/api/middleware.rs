@@ -1,10 +1,10 @@
-//! Request logging and the guard in front of every state-changing route.
+//! Request logging and the guards in front of every state-changing route.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -55,6 +55,55 @@ pub async fn guard_changes(State(state): State<AppState>, req: Request, next: Ne
     next.run(req).await
 }
 
+/// Whether a request carries a body: a length above zero, or one sent in
+/// chunks.
+fn has_body(headers: &HeaderMap) -> bool {
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING)
+}
+
+/// Cross-site requests and DNS rebinding, for every state-changing request
+/// to `/api` and `/fn`: `Host`, `Origin` and `Sec-Fetch-Site` as
+/// `sites::Sites` rules them (403), and on `/api` a body only as JSON
+/// (415): an HTML form or a `text/plain` fetch, which a browser sends
+/// cross-site without asking, is not one.
+pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let api = path.starts_with("/api/");
+    if !changes_state(req.method()) || !(api || path.starts_with("/fn/")) {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = text(header::HOST).or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let checked = state.config.sites.check(
+        host,
+        text(header::ORIGIN),
+        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
+    );
+    if let Err(refused) = checked {
+        tracing::warn!(path, "refused: {refused}");
+        return ApiError::new(StatusCode::FORBIDDEN, refused.to_string()).into_response();
+    }
+    if api && has_body(headers) {
+        let sent = text(header::CONTENT_TYPE).unwrap_or("");
+        if !crate::sites::is_json(sent) {
+            let shown = if sent.is_empty() { "none" } else { sent };
+            return ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "a request body must be JSON: Content-Type: application/json (got {shown})"
+                ),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +113,18 @@ mod tests {
         assert!(!changes_state(&Method::GET));
         assert!(changes_state(&Method::POST));
         assert!(changes_state(&Method::DELETE));
+    }
+
+    #[test]
+    fn a_body_is_a_length_above_zero_or_chunks() {
+        let mut headers = HeaderMap::new();
+        assert!(!has_body(&headers));
+        headers.insert(header::CONTENT_LENGTH, "0".parse().unwrap());
+        assert!(!has_body(&headers));
+        headers.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        assert!(has_body(&headers));
+        let mut chunked = HeaderMap::new();
+        chunked.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(has_body(&chunked));
     }
 }

@@ -1,0 +1,133 @@
+//! Safe to put on a network (issue 11): what a page on another site can make
+//! a browser send is refused before anything runs.
+
+mod common;
+
+const INSTALL: &str = r#"{"os":"debian","version":"12"}"#;
+
+/// A POST with the headers a browser would add.
+async fn post_as(url: &str, headers: &[(&str, &str)], body: Option<(&str, &str)>) -> (u16, String) {
+    let mut req = reqwest::Client::new().post(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    if let Some((content_type, body)) = body {
+        req = req
+            .header("content-type", content_type)
+            .body(body.to_string());
+    }
+    let res = req.send().await.expect("request");
+    let status = res.status().as_u16();
+    (status, res.text().await.expect("body"))
+}
+
+/// The `qm` commands run so far.
+async fn qm_runs(server: &common::Server) -> usize {
+    common::commands(server)
+        .await
+        .iter()
+        .filter(|c| c.starts_with("qm "))
+        .count()
+}
+
+#[tokio::test]
+async fn cross_site_requests_are_refused_before_any_command_runs() {
+    let server = common::server(&[("ALLOWED_ORIGINS", "https://portal.example.org")]).await;
+    let url = &server.url;
+    let own = url.trim_end_matches('/');
+    let before = qm_runs(&server).await;
+
+    // A `text/plain` fetch needs no CORS preflight: the body must be JSON.
+    let (status, body) = post_as(
+        &format!("{url}/api/vm/install"),
+        &[],
+        Some(("text/plain", INSTALL)),
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            415,
+            "a request body must be JSON: Content-Type: application/json (got text/plain)"
+        )
+    );
+    // A plain HTML form on another site posting to `/destroy`.
+    let evil = [
+        ("origin", "https://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    let (status, body) = post_as(
+        &format!("{url}/api/vm/103/destroy"),
+        &evil,
+        Some(("application/x-www-form-urlencoded", "")),
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            403,
+            "cross-site request refused: Origin https://evil.example is not this server's (set \
+             ALLOWED_ORIGINS to allow it)"
+        )
+    );
+    // Fetch metadata without Origin says the same; so does the UI's own
+    // server function route.
+    let (status, _) = post_as(
+        &format!("{url}/api/vm/103/destroy"),
+        &[("sec-fetch-site", "same-site")],
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _) = post_as(
+        &format!("{url}/fn/action"),
+        &evil,
+        Some(("application/json", r#"{"vmid":103,"action":"destroy"}"#)),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // DNS rebinding: the attacker's name now points here, and the page is
+    // "same-origin" with it; the name is not this server's.
+    let (status, body) = post_as(
+        &format!("{url}/api/vm/103/destroy"),
+        &[
+            ("host", "attacker.example:8080"),
+            ("origin", "http://attacker.example:8080"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            403,
+            "Host 'attacker.example:8080' is not a name of this server: set PUBLIC_URL or \
+             ALLOWED_HOSTS to answer to it"
+        )
+    );
+    assert_eq!(qm_runs(&server).await, before, "nothing ran");
+    assert!(
+        common::vm(url, 103).await.is_some(),
+        "VM 103 is still there"
+    );
+
+    // Reads are not changes; the server's own pages, a listed origin and
+    // scripts without browser headers pass.
+    let (status, _) = post_as(
+        &format!("{url}/api/vm/103/start"),
+        &[("origin", own), ("sec-fetch-site", "same-origin")],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "same origin");
+    let (status, body) = post_as(
+        &format!("{url}/api/vm/103/set/cpu"),
+        &[("origin", "https://portal.example.org")],
+        Some(("application/json; charset=utf-8", r#"{"cpu":2}"#)),
+    )
+    .await;
+    assert_ne!(status, 403, "{body}");
+    assert_ne!(status, 415, "{body}");
+    let (status, _) = post_as(&format!("{url}/api/vm/101/stop"), &[], None).await;
+    assert_eq!(status, 200, "curl");
+}
