@@ -14,6 +14,7 @@ pub use app::rules::Limits;
 use app::rules::{CPU_CEILING, MIN_DISK_GB, MIN_RAM_MB, VMID_ADDRESSES, is_dns_label};
 pub use app::secret::Secret;
 
+use crate::engine::scope::Manage;
 use crate::net::AllowList;
 use crate::scripts::ScriptSet;
 use crate::sites::{self, Sites};
@@ -77,6 +78,8 @@ pub struct Config {
     /// `IMAGE_BASE_<OS>` overrides.
     pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
+    /// `MANAGE`: which VMs pvedeck acts on.
+    pub manage: Manage,
     /// `PUBLIC_URL`, `ALLOWED_HOSTS`, `ALLOWED_ORIGINS`: where a
     /// state-changing request may come from.
     pub sites: Sites,
@@ -139,6 +142,20 @@ impl Config {
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         Vars(&vars).parse()
+    }
+
+    /// What a real cluster is open to with these settings: anyone who
+    /// reaches the port may create, stop and destroy VMs.
+    pub fn exposure(&self) -> Option<String> {
+        let open = self.allow_ips == AllowList::Everyone && self.api_tokens.is_empty();
+        (open && self.backend == BackendKind::Cli).then(|| {
+            format!(
+                "PVE_BACKEND=cli with ALLOW_IPS open to everyone and no API_TOKENS: anyone who \
+                 reaches {}:{} can create, stop and destroy VMs on the cluster. Set ALLOW_IPS to \
+                 your admins' addresses, API_TOKENS, or BIND_ADDR=127.0.0.1.",
+                self.bind, self.port
+            )
+        })
     }
 
     pub fn node_ip(&self, node: &str) -> Option<Ipv4Addr> {
@@ -438,6 +455,13 @@ impl Vars<'_> {
         };
 
         let sites = self.sites()?;
+        let manage = self
+            .parse_with(
+                "MANAGE",
+                "is not one of: pvedeck, pvedeck+seed, all",
+                Manage::parse,
+            )?
+            .unwrap_or_default();
 
         let sim_speed = self
             .parse_with("SIM_SPEED", "is not a positive number", |raw| {
@@ -492,6 +516,7 @@ impl Vars<'_> {
             image_base,
             api_tokens,
             sites,
+            manage,
             ssh_port,
             ssh_poll_interval,
             ssh_poll_attempts,
@@ -576,6 +601,9 @@ fn is_storage_id(id: &str) -> bool {
         && id.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
 }
 
+/// Proxmox's largest VMID.
+const MAX_VMID: u32 = 999_999_999;
+
 fn parse_reserved(raw: &str) -> Result<BTreeMap<u32, String>, String> {
     let mut reserved = BTreeMap::new();
     for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
@@ -584,9 +612,11 @@ fn parse_reserved(raw: &str) -> Result<BTreeMap<u32, String>, String> {
             .trim()
             .parse()
             .ok()
-            .filter(|n| (1..=*VMID_ADDRESSES.end()).contains(n))
+            .filter(|n| (1..=MAX_VMID).contains(n))
             .ok_or_else(|| {
-                format!("is not a list of id:label with ids from 1 to 254 ('{entry}' is not)")
+                format!(
+                    "is not a list of id:label with ids from 1 to {MAX_VMID} ('{entry}' is not)"
+                )
             })?;
         let label = match label.trim() {
             "" => "reserved",
@@ -659,6 +689,27 @@ mod tests {
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(50));
         let c = parse(&[("SIM_SPEED", "100"), ("SSH_POLL_INTERVAL_MS", "7")]).unwrap();
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn an_open_cli_server_is_warned_about_and_reserved_takes_any_vmid() {
+        let open = parse(&CLI).unwrap();
+        assert!(
+            open.exposure()
+                .is_some_and(|w| w.contains("ALLOW_IPS open to everyone and no API_TOKENS")),
+            "{:?}",
+            open.exposure()
+        );
+        let mut closed: Vec<_> = CLI.to_vec();
+        closed.push(("ALLOW_IPS", "10.0.0.0/24"));
+        assert_eq!(parse(&closed).unwrap().exposure(), None);
+        assert_eq!(
+            parse(&[]).unwrap().exposure(),
+            None,
+            "the simulator risks nothing"
+        );
+        let c = parse(&[("RESERVED", "9050:nas,100000:big")]).unwrap();
+        assert_eq!(c.reserved.get(&100_000).map(String::as_str), Some("big"));
     }
 
     #[test]
@@ -800,7 +851,7 @@ mod tests {
         assert_eq!(c.reserved.get(&200).map(String::as_str), Some("reserved"));
         assert_eq!(
             err(&[("RESERVED", "100:a,x:b")]),
-            "RESERVED=100:a,x:b is not a list of id:label with ids from 1 to 254 ('x:b' is not)"
+            "RESERVED=100:a,x:b is not a list of id:label with ids from 1 to 999999999 ('x:b' is not)"
         );
         assert_eq!(
             err(&[("RESERVED", "100:a,100:b")]),

@@ -191,6 +191,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
     let backend = config.backend;
+    if let Some(risk) = config.exposure() {
+        // Before the listening line: whoever starts it reads this first.
+        eprintln!("WARNING: {risk}");
+        tracing::warn!("{risk}");
+    }
     let router = build(config, addr.port())?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(

@@ -72,6 +72,8 @@ async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_passwo
             "virtio,bridge=vmbr0",
             "--serial0",
             "socket",
+            "--tags",
+            "debian;pvedeck",
         ])
     );
     let sets: Vec<&Vec<String>> = qm
@@ -99,8 +101,6 @@ async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_passwo
         strings(&[
             "--ciupgrade",
             "0",
-            "--tags",
-            "debian",
             "--scsi0",
             "local-zfs:vm-106-disk-0",
             "--ide2",
@@ -182,8 +182,8 @@ async fn a_node_without_an_address_is_a_clear_error() {
     let dir = common::temp_dir("noaddr");
     let (child, url) = cli_server(&dir, &[("NODE_pve3", "")]).await;
     let _server = common::Killed(child);
-    // 110 lives on pve3, whose NODE_pve3 is not set.
-    let (status, body) = common::post(&format!("{url}/api/vm/110/stop")).await;
+    // 105 lives on pve3, whose NODE_pve3 is not set.
+    let (status, body) = common::post(&format!("{url}/api/vm/105/start")).await;
     assert_eq!(status, 500, "{body}");
     assert!(
         body.contains("no address for node 'pve3': set NODE_pve3"),

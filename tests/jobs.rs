@@ -23,6 +23,7 @@ async fn a_client_that_disconnects_mid_install_does_not_stop_it_and_can_replay_i
     let s = common::server(&[("SIM_SPEED", "100")]).await;
     let res = reqwest::Client::new()
         .post(format!("{}/api/vm/install", s.url))
+        .header("content-type", "application/json")
         .body(DEBIAN)
         .send()
         .await

@@ -255,6 +255,7 @@ async fn a_locked_vm_is_409() {
     common::fault(&s, r#"{"op":"create","action":"hang"}"#).await;
     let res = reqwest::Client::new()
         .post(format!("{u}/api/vm/install"))
+        .header("content-type", "application/json")
         .body(r#"{"os":"debian","version":"12","id":150}"#)
         .send()
         .await

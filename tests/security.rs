@@ -131,3 +131,47 @@ async fn cross_site_requests_are_refused_before_any_command_runs() {
     let (status, _) = post_as(&format!("{url}/api/vm/101/stop"), &[], None).await;
     assert_eq!(status, 200, "curl");
 }
+
+#[tokio::test]
+async fn actions_apply_only_to_vms_pvedeck_manages_and_the_list_marks_the_others() {
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    let before = qm_runs(&server).await;
+    // 110 was made by go-pve-qemu: listed, marked, not acted on.
+    let (status, body) = common::post(&format!("{url}/api/vm/110/stop")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            403,
+            "VM 110 is not managed by pvedeck (MANAGE=pvedeck: only VMs tagged 'pvedeck'); set \
+             MANAGE=all to act on every VM"
+        )
+    );
+    assert_eq!(qm_runs(&server).await, before, "nothing ran");
+    let monitor = common::vm(url, 110).await.expect("110 is listed");
+    assert_eq!(monitor["managed"], false);
+    assert_eq!(common::vm(url, 101).await.expect("101")["managed"], true);
+    // What pvedeck installs carries its tag, whatever order Proxmox keeps.
+    let (_, events) = common::install(url, INSTALL).await;
+    let vmid = events.iter().rfind(|e| !e.is_close()).expect("events").data["vm_id"]
+        .as_u64()
+        .expect("vm_id");
+    let made = common::vm(url, vmid).await.expect("installed");
+    assert_eq!(
+        (made["managed"].clone(), made["os"].clone()),
+        (true.into(), "debian".into())
+    );
+    assert!(
+        common::commands(&server)
+            .await
+            .iter()
+            .any(|c| c.starts_with(&format!("qm create {vmid} "))
+                && c.contains("--tags debian;pvedeck")),
+        "tagged from its first moment"
+    );
+
+    // go-pve-qemu's VMs too, when asked.
+    let seed = common::server(&[("MANAGE", "pvedeck+seed")]).await;
+    let (status, body) = common::post(&format!("{}/api/vm/110/stop", seed.url)).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}

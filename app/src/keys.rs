@@ -28,7 +28,7 @@ pub fn vm(vm: &VmSummary) -> u64 {
             vm.memory.to_bits(),
             vm.memory_used.to_bits(),
         ),
-        (&vm.status, &vm.ip, vm.reserved, &vm.lock),
+        (&vm.status, &vm.ip, vm.reserved, vm.managed, &vm.lock),
     ))
 }
 
@@ -81,6 +81,7 @@ mod tests {
             status: "running".into(),
             ip: "10.0.0.101".into(),
             reserved: false,
+            managed: true,
             lock: None,
         }
     }

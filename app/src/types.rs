@@ -82,6 +82,10 @@ pub struct VmSummary {
     /// The address pvedeck gives this id (gateway prefix + vmid).
     pub ip: String,
     pub reserved: bool,
+    /// Whether pvedeck acts on it (`MANAGE`): the others are listed, marked,
+    /// and their actions answer 403.
+    #[serde(default)]
+    pub managed: bool,
     /// Set while Proxmox holds a lock on the VM (`create`, `migrate`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<String>,

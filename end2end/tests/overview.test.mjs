@@ -23,6 +23,11 @@ test('overview shows the three nodes and the VMs, hydrates, and follows the clus
   }
   // Containers and templates are not VMs pvedeck manages.
   assert.equal(await page.locator('tr[data-vmid="200"], tr[data-vmid="9000"]').count(), 0);
+  // 110 was made by go-pve-qemu: listed, marked, no actions (MANAGE=pvedeck).
+  const monitor = page.locator('tr[data-vmid="110"]');
+  assert.equal(await monitor.locator('.unmanaged').textContent(), 'not managed by pvedeck');
+  assert.equal(await monitor.locator('button').count(), 0);
+  assert.ok(await page.locator('tr[data-vmid="101"] button').count() > 0);
 
   // The page reacts to a click (it is hydrated, not just HTML).
   await page.getByRole('button', { name: 'Running' }).click();

@@ -18,7 +18,7 @@ use app::types::JobState;
 use super::allocator::Reservation;
 use super::install::{Cleanup, Failure, Summary, failed, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
-use super::{Engine, memory, sshkey};
+use super::{Engine, memory, scope, sshkey};
 use crate::jobs::{JobHandle, Update};
 use crate::pve::{CloneMode, PowerAction, QmOptions, qm_options};
 
@@ -126,7 +126,7 @@ impl Engine {
             ("cipassword", hash),
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             // The template's tags are its own: the VM gets its OS's.
-            ("tags", req.release.os.to_string()),
+            ("tags", format!("{};{}", req.release.os, scope::TAG)),
             (
                 "ipconfig0",
                 format!("ip={}/24,gw={}", p.ip, self.config.gateway),

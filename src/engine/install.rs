@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use app::os::Os;
 use app::request::{InstallMethod, InstallRequest};
 use app::rules::Clamp;
 use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
@@ -17,7 +18,7 @@ use super::allocator::{LateProbe, Reservation};
 use super::readiness::Boot;
 use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
-use super::{Engine, EngineError, memory, storage};
+use super::{Engine, EngineError, memory, scope, storage};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
@@ -300,7 +301,9 @@ impl Engine {
         job.set_vmid(plan.vmid);
 
         // A failed `qm create` leaves no VM; after it, a failure knows the VM.
-        self.create(job, &plan).await.map_err(|f| (f, None))?;
+        self.create(job, req.release.os, &plan)
+            .await
+            .map_err(|f| (f, None))?;
         let at = |plan: &Plan| Some((plan.vmid, plan.node.clone()));
         self.import_and_configure(job, req, &mut plan)
             .await
@@ -482,10 +485,18 @@ impl Engine {
     }
 
     /// `VM creation > creating VM`: `qm create` (SPEC §3.3).
-    async fn create(&self, job: &JobHandle, plan: &Plan) -> Result<(), Failure> {
+    async fn create(&self, job: &JobHandle, os: Os, plan: &Plan) -> Result<(), Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
-        self.create_vm(&step, &plan.node, plan.vmid, &plan.name, plan.cpu, plan.ram)
-            .await
+        let tags = format!("{os};{}", scope::TAG);
+        self.create_vm(
+            &step,
+            &plan.node,
+            plan.vmid,
+            (&plan.name, tags),
+            plan.cpu,
+            plan.ram,
+        )
+        .await
     }
 
     /// `qm create` with the cluster's CPU baseline (SPEC §3.3): a failure
@@ -495,7 +506,7 @@ impl Engine {
         step: &Step<'_>,
         node: &str,
         vmid: u32,
-        name: &str,
+        (name, tags): (&str, String),
         cpu: u32,
         ram: u64,
     ) -> Result<(), Failure> {
@@ -520,6 +531,9 @@ impl Engine {
             ("agent", "1".to_string()),
             ("net0", "virtio,bridge=vmbr0".to_string()),
             ("serial0", "socket".to_string()),
+            // Whose it is, from its first moment: a VM pvedeck is making
+            // is one it manages (`MANAGE`), even half-made.
+            ("tags", tags),
         ]);
         options.extend(memory::balloon_options(ram, self.config.vm_balloon_min_mb));
         self.proxmox
@@ -581,7 +595,6 @@ impl Engine {
             ("ciuser", req.user.clone()),
             ("cipassword", hash),
             ("ciupgrade", "0".to_string()),
-            ("tags", req.release.os.to_string()),
             ("scsi0", volume.clone()),
             ("ide2", format!("{storage}:cloudinit")),
             ("boot", "c".to_string()),

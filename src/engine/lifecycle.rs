@@ -81,6 +81,7 @@ impl Engine {
     /// state from `qm status` (the resource list may lag by seconds).
     async fn ready_for(&self, vmid: u32, want_running: bool) -> Result<VmRef, EngineError> {
         let vm = self.locate(vmid).await?;
+        self.config.manage.check(&vm.resource)?;
         if let Some(lock) = &vm.resource.lock {
             return Err(EngineError::Conflict(format!(
                 "VM {vmid} is locked ({lock})"
@@ -272,7 +273,7 @@ impl Engine {
             .map_err(|e| refusal(vm.vmid, e))?;
         let user = config.get("ciuser").cloned().or_else(|| {
             vm.resource
-                .first_tag()
+                .os_tag()
                 .and_then(Os::parse)
                 .map(|os| os.default_user().to_string())
         });

@@ -8,6 +8,7 @@ use app::types::{ListFilter, NodeSummary, VmList, VmSummary};
 use std::sync::Arc;
 
 use super::Allocator;
+use super::scope::Manage;
 use super::snapshot::Snapshot;
 use crate::pve::{NodeResource, VmResource};
 
@@ -54,7 +55,12 @@ impl Listed {
 }
 
 /// The snapshot's list for `filter`, built by the first reader.
-pub fn listed(snapshot: &Snapshot, addresses: &Allocator, filter: ListFilter) -> Arc<Listed> {
+pub fn listed(
+    snapshot: &Snapshot,
+    addresses: &Allocator,
+    manage: Manage,
+    filter: ListFilter,
+) -> Arc<Listed> {
     let slot = match filter {
         ListFilter::All => 0,
         ListFilter::Running => 1,
@@ -66,6 +72,7 @@ pub fn listed(snapshot: &Snapshot, addresses: &Allocator, filter: ListFilter) ->
                 &snapshot.vms,
                 &snapshot.nodes,
                 addresses,
+                manage,
                 filter,
             )))
         })
@@ -79,6 +86,7 @@ pub fn build(
     vms: &[VmResource],
     nodes: &[NodeResource],
     addresses: &Allocator,
+    manage: Manage,
     filter: ListFilter,
 ) -> VmList {
     let ip = |vmid: u32| {
@@ -100,7 +108,7 @@ pub fn build(
         .map(|vm| VmSummary {
             vmid: vm.vmid,
             name: vm.name.clone().unwrap_or_default(),
-            os: vm.first_tag().unwrap_or_default().to_string(),
+            os: vm.os_tag().unwrap_or_default().to_string(),
             running: vm.status == "running",
             node: vm.node.clone(),
             cpu: vm.maxcpu,
@@ -110,6 +118,7 @@ pub fn build(
             status: vm.status.clone(),
             ip: ip(vm.vmid),
             reserved: false,
+            managed: manage.covers(vm),
             lock: vm.lock.clone(),
         })
         .collect();
@@ -128,6 +137,7 @@ pub fn build(
             status: "reserved".to_string(),
             ip: ip(vmid),
             reserved: true,
+            managed: false,
             lock: None,
         }));
     }
@@ -240,7 +250,7 @@ mod tests {
         let nodes = [node("a", 16, 32 * g)];
         let cfg = config(&[]);
 
-        let all = build(&vms, &nodes, &cfg, ListFilter::All);
+        let all = build(&vms, &nodes, &cfg, Manage::default(), ListFilter::All);
         assert_eq!(all.cluster[0].cpu, 50.0);
         assert_eq!(all.cluster[0].memory, 50.0);
         assert_eq!(all.cluster[0].disk, 40.0);
@@ -248,12 +258,12 @@ mod tests {
         assert_eq!(all.list[0].os, "debian");
         assert_eq!(all.list[0].memory_used, 1.0);
 
-        let running = build(&vms, &nodes, &cfg, ListFilter::Running);
+        let running = build(&vms, &nodes, &cfg, Manage::default(), ListFilter::Running);
         assert_eq!(running.count, 1);
         assert_eq!(running.cluster[0].cpu, 12.5);
         assert_eq!(running.cluster[0].memory, 12.5);
 
-        let stopped = build(&vms, &nodes, &cfg, ListFilter::Stopped);
+        let stopped = build(&vms, &nodes, &cfg, Manage::default(), ListFilter::Stopped);
         assert_eq!(stopped.list[0].vmid, 102);
         assert_eq!(stopped.cluster[0].vcpus, 6);
     }
@@ -271,6 +281,7 @@ mod tests {
             &[ct, tpl, taken],
             &[node("a", 4, 8 * g)],
             &cfg,
+            Manage::default(),
             ListFilter::All,
         );
         let ids: Vec<u32> = out.list.iter().map(|v| v.vmid).collect();
@@ -298,7 +309,13 @@ mod tests {
             status: "unknown".into(),
             ..VmResource::default()
         };
-        let out = build(&[fresh], &[n], &config(&[]), ListFilter::All);
+        let out = build(
+            &[fresh],
+            &[n],
+            &config(&[]),
+            Manage::default(),
+            ListFilter::All,
+        );
         assert!(!out.cluster[0].running);
         assert_eq!(out.cluster[0].memory_used, 0.0);
         assert_eq!(out.list[0].name, "");
@@ -316,6 +333,7 @@ mod tests {
             &vms,
             &[node("b", 4, g), node("a", 4, g)],
             &config(&[]),
+            Manage::default(),
             ListFilter::All,
         );
         assert_eq!(out.list[0].vmid, 101);

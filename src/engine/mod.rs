@@ -18,6 +18,7 @@ pub mod list;
 mod memory;
 mod readiness;
 mod report;
+pub mod scope;
 mod snapshot;
 mod sshkey;
 mod storage;
@@ -135,7 +136,7 @@ impl Engine {
     pub async fn list(&self, filter: ListFilter) -> Result<Listing, EngineError> {
         let view = self.cluster.read().await?;
         Ok(Listing {
-            listed: list::listed(&view.snapshot, &self.allocator, filter),
+            listed: list::listed(&view.snapshot, &self.allocator, self.config.manage, filter),
             age_ms: u64::try_from(view.age.as_millis()).unwrap_or(u64::MAX),
             stale: view.stale,
             failure: view.failure,

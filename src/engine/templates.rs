@@ -35,12 +35,6 @@ const CLEAN_IDENTITY: &str = "cloud-init clean --logs --machine-id && rm -f /etc
 /// Templates being built: template VMID → (name, job id).
 pub type Builds = std::sync::Mutex<BTreeMap<u32, (String, u64)>>;
 
-fn has_tag(vm: &VmResource, tag: &str) -> bool {
-    vm.tags
-        .as_deref()
-        .is_some_and(|tags| tags.split([';', ',']).any(|t| t == tag))
-}
-
 /// One line of the list: `state` is `ready`, `retired` or `building`.
 fn info(
     (vmid, name, node): (u32, &str, &str),
@@ -84,7 +78,7 @@ impl Engine {
     ) -> impl Iterator<Item = &'a VmResource> + use<'a, '_> {
         let builds = self.builds();
         vms.iter().filter(move |vm| {
-            self.is_ours(vm) && !has_tag(vm, RETIRED) && !builds.contains_key(&vm.vmid)
+            self.is_ours(vm) && !vm.has_tag(RETIRED) && !builds.contains_key(&vm.vmid)
         })
     }
 }
@@ -106,7 +100,7 @@ impl Engine {
 
     /// A template pvedeck built: in the template range, tagged.
     pub(super) fn is_ours(&self, vm: &VmResource) -> bool {
-        vm.template && self.config.template_ids.contains(&vm.vmid) && has_tag(vm, TAG)
+        vm.template && self.config.template_ids.contains(&vm.vmid) && vm.has_tag(TAG)
     }
 
     /// `GET /api/templates`: the ready and retired ones, and those being
@@ -122,7 +116,7 @@ impl Engine {
             .iter()
             .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
             .map(|vm| {
-                let state = if has_tag(vm, RETIRED) {
+                let state = if vm.has_tag(RETIRED) {
                     "retired"
                 } else {
                     "ready"
@@ -162,7 +156,7 @@ impl Engine {
     pub async fn rebuild_template(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
         let vm = self.our_template(vmid).await?;
         let name = vm.name.as_deref().unwrap_or("");
-        if has_tag(&vm, RETIRED) {
+        if vm.has_tag(RETIRED) {
             return Err(EngineError::Conflict(format!(
                 "template {name} (VM {vmid}) is retired: build its release instead"
             )));
@@ -194,7 +188,7 @@ impl Engine {
         let replaced = replacing.as_ref().map(|r| r.vmid);
         if let Some(vm) = vms.iter().find(|vm| {
             self.is_ours(vm)
-                && !has_tag(vm, RETIRED)
+                && !vm.has_tag(RETIRED)
                 && vm.name.as_deref() == Some(name.as_str())
                 && Some(vm.vmid) != replaced
         }) {
@@ -388,7 +382,8 @@ impl Engine {
             .unwrap_or_default();
 
         let step = Step::new(job, Some("template build"), "creating VM");
-        self.create_vm(&step, node, vmid, name, 2, 2048)
+        let tags = format!("{TAG};{}", release.os);
+        self.create_vm(&step, node, vmid, (name, tags), 2, 2048)
             .await
             .map_err(before)?;
 
@@ -423,7 +418,6 @@ impl Engine {
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             ("ciuser", user.clone()),
             ("ciupgrade", "0".to_string()),
-            ("tags", format!("{TAG};{}", release.os)),
             ("scsi0", volume),
             ("ide2", format!("{storage}:cloudinit")),
             ("boot", "c".to_string()),

@@ -59,11 +59,23 @@ impl VmResource {
         self.kind == "qemu"
     }
 
-    pub fn first_tag(&self) -> Option<&str> {
+    fn tag_list(&self) -> impl Iterator<Item = &str> {
         self.tags
-            .as_deref()?
+            .as_deref()
+            .unwrap_or_default()
             .split([';', ',', ' '])
-            .find(|t| !t.is_empty())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The first tag that is not one of pvedeck's own (`pvedeck`,
+    /// `pvedeck-template`…): go-pve-qemu's "os", whatever order Proxmox
+    /// keeps the tags in.
+    pub fn os_tag(&self) -> Option<&str> {
+        self.tag_list().find(|t| !t.starts_with("pvedeck"))
+    }
+
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tag_list().any(|t| t == tag)
     }
 }
 
@@ -169,7 +181,7 @@ mod tests {
         let vms: Vec<VmResource> = serde_json::from_str(line).unwrap();
         assert_eq!(vms[0].vmid, 101);
         assert_eq!(vms[0].maxmem, 2 << 30);
-        assert_eq!(vms[0].first_tag(), Some("prod"));
+        assert_eq!(vms[0].os_tag(), Some("prod"));
         assert!(!vms[0].template);
     }
 
@@ -180,7 +192,7 @@ mod tests {
         let vms: Vec<VmResource> = serde_json::from_str(line).unwrap();
         assert_eq!(vms[0].name, None);
         assert_eq!(vms[0].maxmem, 0);
-        assert_eq!(vms[0].first_tag(), None);
+        assert_eq!(vms[0].os_tag(), None);
     }
 
     #[test]

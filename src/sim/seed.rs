@@ -231,6 +231,13 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
             Some(GIB),
         ),
     ];
+    // 101-105 are pvedeck's; 110 was made by go-pve-qemu (its os tag only),
+    // which `MANAGE=pvedeck` lists but does not act on.
+    for made in vms.iter_mut().filter(|vm| vm.vmid <= 105) {
+        if let Some(tags) = made.config.get_mut("tags") {
+            tags.push_str(";pvedeck");
+        }
+    }
 
     // Guests pvedeck does not manage but a real cluster has: a container and a template.
     let mut container = vm(

@@ -12,10 +12,11 @@ pub enum Outcome {
 }
 
 /// Whether an action's precondition holds (go-pve-qemu's: start and
-/// destroy need the VM stopped, the others running; nothing while locked).
+/// destroy need the VM stopped, the others running; nothing while locked;
+/// nothing on a VM pvedeck does not manage).
 pub fn allowed(vm: &VmSummary, action: VmAction) -> bool {
     let known = matches!(vm.status.as_str(), "running" | "stopped");
-    known && !vm.reserved && vm.lock.is_none() && action.needs_running() == vm.running
+    known && vm.managed && !vm.reserved && vm.lock.is_none() && action.needs_running() == vm.running
 }
 
 /// Power and destroy buttons for a VM; destroy asks first, naming the VM.

@@ -99,9 +99,15 @@ pub fn VmTable(
                                 <td class="num">{num(vm.disk)}</td>
                                 <td><code>{vm.ip.clone()}</code></td>
                                 <td class="actions-cell">
-                                    {(!vm.reserved).then(|| view! {
-                                        <VmActions vm=vm.clone() confirming busy on_outcome/>
-                                    })}
+                                    {match (vm.reserved, vm.managed) {
+                                        (true, _) => ().into_any(),
+                                        (false, true) => view! {
+                                            <VmActions vm=vm.clone() confirming busy on_outcome/>
+                                        }.into_any(),
+                                        (false, false) => view! {
+                                            <span class="unmanaged" title="MANAGE: pvedeck acts only on the VMs it manages">"not managed by pvedeck"</span>
+                                        }.into_any(),
+                                    }}
                                 </td>
                             </tr>
                         </For>

@@ -229,6 +229,9 @@ fn VmInfo(
                 {detail.host_key.clone().map(|k| view! { <dt>"Host key"</dt><dd class="host-key"><code>{k}</code></dd> })}
                 {vm.lock.clone().map(|l| view! { <dt>"Lock"</dt><dd>{l}</dd> })}
             </dl>
+            {(!vm.managed).then(|| view! {
+                <p class="hint unmanaged">"pvedeck does not manage this VM (MANAGE): it is shown, not acted on."</p>
+            })}
             <VmActions vm=vm.clone() confirming busy on_outcome/>
         </section>
         <section class="vm-changes">

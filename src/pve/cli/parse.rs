@@ -191,7 +191,7 @@ nas                    nfs   inactive               0               0           
     fn cluster_resources_with_templates_containers_and_vms_without_stats() {
         let vms: Vec<VmResource> = json("pvesh", VMS).unwrap();
         assert_eq!(vms.len(), 4);
-        assert_eq!(vms[0].first_tag(), Some("prod"));
+        assert_eq!(vms[0].os_tag(), Some("prod"));
         assert_eq!(vms[1].status, "unknown");
         assert_eq!(vms[1].tags, None);
         assert!(vms[2].template);
