@@ -78,6 +78,8 @@ pub struct Config {
     /// `IMAGE_BASE_<OS>` overrides.
     pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
+    /// `SESSION_TTL` (seconds): how long a UI login lasts.
+    pub session_ttl: Duration,
     /// `MANAGE`: which VMs pvedeck acts on.
     pub manage: Manage,
     /// `PUBLIC_URL`, `ALLOWED_HOSTS`, `ALLOWED_ORIGINS`: where a
@@ -455,6 +457,10 @@ impl Vars<'_> {
         };
 
         let sites = self.sites()?;
+        let session_ttl = Duration::from_secs(
+            self.int_in("SESSION_TTL", 60, 31_536_000)?
+                .unwrap_or(43_200),
+        );
         let manage = self
             .parse_with(
                 "MANAGE",
@@ -516,6 +522,7 @@ impl Vars<'_> {
             image_base,
             api_tokens,
             sites,
+            session_ttl,
             manage,
             ssh_port,
             ssh_poll_interval,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use app::backend::{Backend, Caller};
+use app::backend::{Backend, Caller, SessionCookie};
 use app::request::{Body, InstallBody, SetNode, TemplateBody};
 use app::types::{
     Catalog, Job, JobDetail, ListFilter, OVERVIEW_PAGE, Overview, Resize, TemplatesPage, UiError,
@@ -12,7 +12,7 @@ use app::types::{
 };
 
 use crate::api::status_of;
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Credential, Engine, EngineError};
 
 pub struct UiBackend(pub Arc<Engine>);
 
@@ -27,7 +27,7 @@ fn ui(e: EngineError) -> UiError {
 impl UiBackend {
     fn authorize(&self, caller: &Caller) -> Result<(), UiError> {
         self.0
-            .authorize(caller.ip, caller.token.as_deref())
+            .authorize_as(caller.ip, Credential::Session(caller.session.as_deref()))
             .map_err(ui)
     }
 
@@ -44,12 +44,24 @@ impl Backend for UiBackend {
         self.0.needs_token()
     }
 
-    fn check_token(&self, token: &str) -> Result<(), UiError> {
-        // Address rules do not apply to checking a token.
-        self.0.authorize(None, Some(token)).or_else(|e| match e {
-            EngineError::Forbidden(_) => Ok(()),
-            other => Err(ui(other)),
+    fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError> {
+        let id = self.0.login(caller.ip, token).map_err(ui)?;
+        let secure = self
+            .0
+            .config()
+            .sites
+            .public
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https://"));
+        Ok(SessionCookie {
+            id,
+            max_age_secs: self.0.session_ttl().as_secs(),
+            secure,
         })
+    }
+
+    fn logout(&self, session: &str) {
+        self.0.logout(session);
     }
 
     async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError> {

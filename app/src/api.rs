@@ -57,7 +57,18 @@ mod server {
                     .find(|(name, _)| *name == super::SESSION_COOKIE)
                     .map(|(_, value)| value.to_string())
             });
-        Caller { ip, token }
+        Caller { ip, session: token }
+    }
+
+    /// A `Set-Cookie` on the server function's response (session ids are
+    /// hex: always a valid header).
+    pub fn set_cookie(cookie: &str) {
+        let Ok(value) = axum::http::HeaderValue::from_str(cookie) else {
+            return;
+        };
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.insert_header(axum::http::header::SET_COOKIE, value);
+        }
     }
 }
 
@@ -149,21 +160,32 @@ pub async fn needs_login() -> Result<bool, UiError> {
     Ok(server::backend()?.0.needs_login())
 }
 
-/// Checks a token and keeps it in an HttpOnly session cookie.
+/// Checks a token and opens a session: its id (not the token) goes in an
+/// HttpOnly, SameSite=Strict cookie that ends with the session.
 #[server(prefix = "/fn", endpoint = "login", input = Json, output = Json)]
 pub async fn login(token: String) -> Result<Answer<()>, UiError> {
-    if let Err(refused) = server::backend()?.0.check_token(&token) {
-        return Ok(Err(refused));
-    }
-    let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
-    let Ok(value) = axum::http::HeaderValue::from_str(&cookie) else {
-        return Ok(Err(UiError {
-            status: 400,
-            message: "the token holds characters a cookie cannot".to_string(),
-        }));
+    let caller = server::caller().await;
+    let session = match server::backend()?.0.login(caller, &token) {
+        Ok(session) => session,
+        Err(refused) => return Ok(Err(refused)),
     };
-    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-        response.insert_header(axum::http::header::SET_COOKIE, value);
+    let secure = if session.secure { "; Secure" } else { "" };
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        session.id, session.max_age_secs
+    );
+    server::set_cookie(&cookie);
+    Ok(Ok(()))
+}
+
+/// Ends this browser's session.
+#[server(prefix = "/fn", endpoint = "logout", input = Json, output = Json)]
+pub async fn logout() -> Result<Answer<()>, UiError> {
+    if let Some(session) = server::caller().await.session {
+        server::backend()?.0.logout(&session);
     }
+    server::set_cookie(&format!(
+        "{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+    ));
     Ok(Ok(()))
 }

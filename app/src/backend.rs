@@ -11,12 +11,23 @@ use crate::types::{
     VmDetail,
 };
 
-/// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session's
-/// token (`API_TOKENS`).
+/// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session
+/// (`API_TOKENS`).
 #[derive(Debug, Clone, Default)]
 pub struct Caller {
     pub ip: Option<IpAddr>,
-    pub token: Option<String>,
+    /// The session id from the cookie.
+    pub session: Option<String>,
+}
+
+/// What a login leaves in the browser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCookie {
+    /// An opaque session id, not the token.
+    pub id: String,
+    pub max_age_secs: u64,
+    /// `PUBLIC_URL` is https: the cookie goes over TLS only.
+    pub secure: bool,
 }
 
 #[async_trait::async_trait]
@@ -24,8 +35,9 @@ pub trait Backend: Send + Sync {
     /// Whether changes need a token (`API_TOKENS` is set): the UI then asks
     /// to log in.
     fn needs_login(&self) -> bool;
-    /// Checks a token for the login form.
-    fn check_token(&self, token: &str) -> Result<(), UiError>;
+    /// Opens a session for a valid token (the login form).
+    fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError>;
+    fn logout(&self, session: &str);
     /// One page of the list from the cluster snapshot, with its age.
     async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError>;
     async fn catalog(&self) -> Result<Catalog, UiError>;

@@ -41,8 +41,11 @@ pub fn status_of(e: &EngineError) -> (StatusCode, String) {
         EngineError::Conflict(_) => StatusCode::CONFLICT,
         EngineError::Forbidden(_) => StatusCode::FORBIDDEN,
         EngineError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        EngineError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
         EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
-        EngineError::Pve(_) | EngineError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        EngineError::Pve(_) | EngineError::Store(_) | EngineError::Internal(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     };
     let message = match e {
         EngineError::Pve(PveError::Command {

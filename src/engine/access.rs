@@ -2,6 +2,7 @@
 //! `/api` routes and the UI's server functions.
 
 use std::net::IpAddr;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -19,13 +20,32 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
         .into()
 }
 
+/// Who asks for a change, besides their address.
+#[derive(Debug, Clone, Copy)]
+pub enum Credential<'a> {
+    /// `Authorization: Bearer …` (`/api`).
+    Token(Option<&'a str>),
+    /// The UI's session cookie.
+    Session(Option<&'a str>),
+}
+
 impl Engine {
     /// `client`: the TCP peer (none for an in-process call); `token`: the
-    /// bearer token or the UI session's.
+    /// bearer token.
     pub fn authorize(
         &self,
         client: Option<IpAddr>,
         token: Option<&str>,
+    ) -> Result<(), EngineError> {
+        self.authorize_as(client, Credential::Token(token))
+    }
+
+    /// `ALLOW_IPS` first (403), then, with `API_TOKENS`, a valid token or
+    /// an open session (401).
+    pub fn authorize_as(
+        &self,
+        client: Option<IpAddr>,
+        credential: Credential<'_>,
     ) -> Result<(), EngineError> {
         let allowed = match client {
             Some(ip) => self.config.allow_ips.allows(ip),
@@ -37,15 +57,13 @@ impl Engine {
                 "client {who} is not allowed to change anything (ALLOW_IPS)"
             )));
         }
-        if self.config.api_tokens.is_empty() {
+        if !self.needs_token() {
             return Ok(());
         }
-        // Every token is compared: which one matched takes no less time.
-        let valid = token.is_some_and(|token| {
-            self.config.api_tokens.iter().fold(false, |found, t| {
-                found | same_secret(t.expose().as_bytes(), token.as_bytes())
-            })
-        });
+        let valid = match credential {
+            Credential::Token(token) => token.is_some_and(|t| self.token_valid(t)),
+            Credential::Session(id) => id.is_some_and(|id| self.sessions.valid(id, Instant::now())),
+        };
         if valid {
             Ok(())
         } else {
@@ -54,6 +72,47 @@ impl Engine {
                     .to_string(),
             ))
         }
+    }
+
+    /// Whether `token` is one of `API_TOKENS`. Every token is compared:
+    /// which one matched takes no less time.
+    fn token_valid(&self, token: &str) -> bool {
+        self.config.api_tokens.iter().fold(false, |found, t| {
+            found | same_secret(t.expose().as_bytes(), token.as_bytes())
+        })
+    }
+
+    /// The UI's login: a valid token opens a session; its id (not the
+    /// token) is what the browser keeps. Failed tries are limited per
+    /// address (429); the address rule applies to what the session does.
+    pub fn login(&self, client: Option<IpAddr>, token: &str) -> Result<String, EngineError> {
+        if !self.needs_token() {
+            return Err(EngineError::bad(
+                "this server needs no login: it has no API_TOKENS",
+            ));
+        }
+        let now = Instant::now();
+        self.sessions
+            .may_try(client, now)
+            .map_err(|e| EngineError::TooMany(e.to_string()))?;
+        if !self.token_valid(token) {
+            self.sessions.failed(client, now);
+            return Err(EngineError::Unauthorized(
+                "that token is not one of API_TOKENS".to_string(),
+            ));
+        }
+        self.sessions
+            .open(client, now)
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    }
+
+    pub fn logout(&self, session: &str) {
+        self.sessions.close(session);
+    }
+
+    /// How long a UI session lasts.
+    pub fn session_ttl(&self) -> std::time::Duration {
+        self.sessions.ttl()
     }
 
     /// Whether changes need a token at all (the UI then asks to log in).

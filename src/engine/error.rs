@@ -23,6 +23,12 @@ pub enum EngineError {
     /// A valid token is needed (`API_TOKENS`): 401.
     #[error("{0}")]
     Unauthorized(String),
+    /// pvedeck itself failed (no randomness for a session id): 500.
+    #[error("{0}")]
+    Internal(String),
+    /// Too many failed logins from the client's address: 429.
+    #[error("{0}")]
+    TooMany(String),
     /// Proxmox refused (500), did not answer in time (504), or printed what
     /// pvedeck cannot read (500).
     #[error(transparent)]

@@ -4,6 +4,7 @@
 //! port (`pve::Timed`), and does not know which backend is behind it.
 
 mod access;
+pub use access::Credential;
 mod allocator;
 mod cloning;
 mod cpu;
@@ -19,6 +20,7 @@ mod memory;
 mod readiness;
 mod report;
 pub mod scope;
+pub mod sessions;
 mod snapshot;
 mod sshkey;
 mod storage;
@@ -57,6 +59,8 @@ pub struct Engine {
     listen_port: u16,
     /// Golden templates being built.
     template_builds: templates::Builds,
+    /// The UI's logins.
+    sessions: sessions::Sessions,
 }
 
 /// What an engine is made of besides its configuration.
@@ -90,6 +94,7 @@ impl Engine {
     /// Builds the engine and starts its cluster snapshot's refresher (on
     /// the current runtime).
     pub fn new(config: Arc<Config>, parts: Parts) -> Engine {
+        let config_ttl = config.session_ttl;
         let proxmox = Arc::new(Timed::new(
             parts.pve,
             config.command_timeout,
@@ -116,6 +121,7 @@ impl Engine {
             key_lock: tokio::sync::Mutex::new(()),
             listen_port: parts.listen_port,
             template_builds: Default::default(),
+            sessions: sessions::Sessions::new(config_ttl),
         }
     }
 

@@ -1,6 +1,6 @@
 use leptos::prelude::*;
 
-use crate::api::{login, needs_login};
+use crate::api::{login, logout, needs_login};
 
 /// `/login`: when `API_TOKENS` is set, a token opens a session for the UI.
 #[component]
@@ -44,6 +44,14 @@ fn LoginForm() -> impl IntoView {
                     on:input=move |ev| token.set(event_target_value(&ev))/>
             </div>
             <button type="submit" class="primary">"Log in"</button>
+            <button type="button" on:click=move |_| {
+                leptos::task::spawn_local(async move {
+                    message.set(Some(match logout().await.and_then(|a| a) {
+                        Ok(()) => (true, "Logged out.".to_string()),
+                        Err(e) => (false, e.message),
+                    }));
+                });
+            }>"Log out"</button>
         </form>
         {move || message.get().map(|(ok, text)| view! {
             <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
