@@ -332,3 +332,19 @@ async fn init_scripts_are_served_as_text() {
         404
     );
 }
+
+#[tokio::test]
+async fn a_disk_resize_whose_task_failed_is_an_error_with_proxmox_s_message() {
+    let s = common::server(&[]).await;
+    let u = &s.url;
+    // With the cli backend, `qm disk resize` prints the failure and exits 0.
+    common::fault(
+        &s,
+        r#"{"op":"resize","action":"fail","message":"zfs error: out of space"}"#,
+    )
+    .await;
+    let (status, body) = post_json(&format!("{u}/api/vm/103/set/disk"), r#"{"disk":"10G"}"#).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("out of space"), "{body}");
+    assert_eq!(common::vm(u, 103).await.expect("103")["disk"], 64.0);
+}

@@ -15,12 +15,21 @@ const RESIZE_PAUSE_MS: u64 = 5000;
 pub enum DiskError {
     #[error("scsi0 has no size in qm config")]
     NoSize,
-    #[error("scsi0 is not {0} after qm resize")]
-    NotResized(String),
+    /// The size read back is not the one asked for; what `qm resize`
+    /// printed, if anything, says why.
+    #[error("scsi0 is not {size} after qm resize{}", why(.printed))]
+    NotResized { size: String, printed: String },
     #[error("failed to resize disk: {0}")]
     Resize(Box<DiskError>),
     #[error(transparent)]
     Pve(#[from] PveError),
+}
+
+fn why(printed: &str) -> String {
+    match one_line(printed) {
+        p if p.is_empty() => String::new(),
+        p => format!(": {p}"),
+    }
 }
 
 impl Engine {
@@ -46,9 +55,12 @@ impl Engine {
         let mut attempt = 1;
         loop {
             let result = match self.proxmox.resize(node, vmid, "scsi0", &size).await {
-                Ok(()) => match self.disk_size(node, vmid).await {
+                Ok(printed) => match self.disk_size(node, vmid).await {
                     Ok(bytes) if bytes == gb << 30 => return Ok(()),
-                    Ok(_) => DiskError::NotResized(size.clone()),
+                    Ok(_) => DiskError::NotResized {
+                        size: size.clone(),
+                        printed,
+                    },
                     Err(e) => e,
                 },
                 Err(e) => DiskError::Pve(e),

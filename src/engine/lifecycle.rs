@@ -170,23 +170,39 @@ impl Engine {
     /// `VM_MAX_DISK`.
     pub async fn grow_disk(&self, vmid: u32, growth: Growth) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        if self.config.limits.max_disk_gb.is_some() {
-            let current = self.disk_size(&vm.node, vmid).await.map_err(|e| match e {
+        let size_now = || async {
+            self.disk_size(&vm.node, vmid).await.map_err(|e| match e {
                 DiskError::Pve(e) => refusal(vmid, e),
                 other => EngineError::Pve(PveError::Parse {
                     command: "qm config".into(),
                     detail: other.to_string(),
                 }),
-            })?;
-            self.config
-                .limits
-                .check_growth(current / (1 << 30), growth.gib())?;
-        }
+            })
+        };
+        let before = size_now().await?;
+        self.config
+            .limits
+            .check_growth(before / (1 << 30), growth.gib())?;
         let size = format!("+{}G", growth.gib());
-        self.proxmox
+        let printed = self
+            .proxmox
             .resize(&vm.node, vmid, "scsi0", &size)
             .await
-            .map_err(|e| refusal(vmid, e))
+            .map_err(|e| refusal(vmid, e))?;
+        // `qm disk resize` exits 0 when its task failed: the size tells.
+        let after = size_now().await?;
+        if after == before + (growth.gib() << 30) {
+            return Ok(());
+        }
+        let why = match one_line(&printed) {
+            p if p.is_empty() => format!("scsi0 is {} bytes, not {before} + {size}", after),
+            p => p,
+        };
+        Err(EngineError::Pve(PveError::command(
+            format!("qm disk resize {vmid} scsi0 {size}"),
+            why,
+            0,
+        )))
     }
 
     /// `POST /api/vm/:id/start`: a job streaming `starting VM` → `waiting

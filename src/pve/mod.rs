@@ -202,8 +202,16 @@ pub trait Pve: Send + Sync {
     ) -> Result<String, PveError>;
     /// `qm set <vmid> --k v …`
     async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError>;
-    /// `qm resize <vmid> <disk> <size>` (`size` as Proxmox takes it: `32G`, `+10G`).
-    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError>;
+    /// `qm resize <vmid> <disk> <size>` (`size` as Proxmox takes it: `32G`,
+    /// `+10G`). It exits 0 when its task failed: the answer is what it
+    /// printed besides, for the message when the size read back disagrees.
+    async fn resize(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<String, PveError>;
     /// `qm config <vmid>`
     async fn config(&self, node: &str, vmid: u32) -> Result<BTreeMap<String, String>, PveError>;
     /// `qm status <vmid>` → `running`, `stopped`…

@@ -152,7 +152,7 @@ impl Timed {
         vmid: u32,
         disk: &str,
         size: &str,
-    ) -> Result<(), PveError> {
+    ) -> Result<String, PveError> {
         let what = || "qm resize".to_string();
         let call = self.pve.resize(node, vmid, disk, size);
         self.changing(Class::Short, what, call).await
@@ -319,7 +319,7 @@ mod tests {
         async fn set(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
             std::future::pending().await
         }
-        async fn resize(&self, _: &str, _: u32, _: &str, _: &str) -> Result<(), PveError> {
+        async fn resize(&self, _: &str, _: u32, _: &str, _: &str) -> Result<String, PveError> {
             std::future::pending().await
         }
         async fn config(&self, _: &str, _: u32) -> Result<BTreeMap<String, String>, PveError> {

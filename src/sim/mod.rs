@@ -328,9 +328,17 @@ impl Pve for SimCluster {
         self.qm_set(node, vmid, options).await.map(drop)
     }
 
-    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError> {
+    async fn resize(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<String, PveError> {
         self.start_up().await;
-        self.qm_resize(node, vmid, disk, size).await
+        self.qm_resize(node, vmid, disk, size)
+            .await
+            .map(|()| String::new())
     }
 
     async fn config(

@@ -202,7 +202,13 @@ impl Pve for CliBackend {
         self.on(node, "qm", args).await.map(drop)
     }
 
-    async fn resize(&self, node: &str, vmid: u32, disk: &str, size: &str) -> Result<(), PveError> {
+    async fn resize(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<String, PveError> {
         // SPEC §3 grows to a size with `qm resize`, §4 by an amount with
         // `qm disk resize`. Both exit 0 when their task failed: the engine
         // reads the size back.
@@ -213,10 +219,11 @@ impl Pve for CliBackend {
         };
         args.extend([vmid.to_string(), disk.to_string(), size.to_string()]);
         let out = self.on(node, "qm", args).await?;
-        if !out.stderr.trim().is_empty() {
-            tracing::warn!(vmid, "qm resize printed: {}", out.stderr.trim());
+        let printed = out.stderr.trim();
+        if !printed.is_empty() {
+            tracing::warn!(vmid, "qm resize printed: {printed}");
         }
-        Ok(())
+        Ok(printed.to_string())
     }
 
     async fn config(&self, node: &str, vmid: u32) -> Result<BTreeMap<String, String>, PveError> {
