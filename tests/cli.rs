@@ -161,13 +161,14 @@ async fn commands_for_a_vm_on_another_node_go_through_ssh_to_that_node() {
         .find(|a| a[0] == "ssh" && a.last().is_some_and(|c| c == "qm stop 104"))
         .expect("ssh root@pve2 qm stop 104");
     assert_eq!(
-        ssh[..6],
+        ssh[..7],
         strings(&[
             "ssh",
             "-o",
             "BatchMode=yes",
             "-o",
             "ConnectTimeout=10",
+            "--",
             "root@127.0.0.12"
         ])
     );

@@ -348,3 +348,30 @@ async fn a_disk_resize_whose_task_failed_is_an_error_with_proxmox_s_message() {
     assert!(body.contains("out of space"), "{body}");
     assert_eq!(common::vm(u, 103).await.expect("103")["disk"], 64.0);
 }
+
+#[tokio::test]
+async fn a_ciuser_that_is_no_user_name_is_not_put_in_an_ssh_destination() {
+    let s = common::server(&[]).await;
+    let u = &s.url;
+    // Someone with access to the node sets a hostile cloud-init user.
+    if !common::qm_behind(
+        &s,
+        &["set", "101", "--ciuser", "-oProxyCommand=touch /tmp/pwned"],
+    ) {
+        return;
+    }
+    let (status, body) = post(&format!("{u}/api/vm/101/reboot")).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("is not a user name"), "{body}");
+    let argv = std::fs::read_to_string(s.data_dir.join("sim/argv.log")).unwrap_or_default();
+    assert!(
+        !argv
+            .lines()
+            .any(|l| l.starts_with("[\"ssh\"") && l.contains("ProxyCommand")),
+        "{argv}"
+    );
+    assert!(
+        !argv.lines().any(|l| l.starts_with("[\"qm\",\"reboot\"")),
+        "nothing rebooted"
+    );
+}

@@ -287,6 +287,18 @@ impl Engine {
             .config(&vm.node, vm.vmid)
             .await
             .map_err(|e| refusal(vm.vmid, e))?;
+        // The name goes into an `ssh` destination: only a user name will do.
+        if let Some(user) = config
+            .get("ciuser")
+            .filter(|u| !app::rules::is_linux_user(u))
+        {
+            return Err(EngineError::Pve(PveError::Parse {
+                command: format!("qm config {}", vm.vmid),
+                detail: format!(
+                    "ciuser {user:?} is not a user name: pvedeck does not log in as it"
+                ),
+            }));
+        }
         let user = config.get("ciuser").cloned().or_else(|| {
             vm.resource
                 .os_tag()

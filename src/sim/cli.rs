@@ -513,6 +513,10 @@ impl Face<'_> {
         let mut options: Vec<String> = Vec::new();
         while i < args.len() && args[i].starts_with('-') {
             let opt = &args[i];
+            if opt == "--" {
+                i += 1;
+                break;
+            }
             let letter = opt.chars().nth(1).unwrap_or(' ');
             if WITH_VALUE.contains(letter) && opt.len() == 2 {
                 let value = args.get(i + 1).cloned().unwrap_or_default();

@@ -416,6 +416,19 @@ pub async fn fault(server: &Server, fault: &str) {
     assert_eq!(status, 200, "{body}");
 }
 
+/// Runs a `qm` command on a cli server's simulated cluster, behind its back
+/// (as an admin on the node would); `false` on the in-process lane, which
+/// has no such face.
+pub fn qm_behind(server: &Server, args: &[&str]) -> bool {
+    if !cli_mode() {
+        return false;
+    }
+    let mut all = vec!["qm"];
+    all.extend(args);
+    sim_command(server, &all);
+    true
+}
+
 /// Takes a node of the simulated cluster offline or brings it back.
 pub async fn node_state(server: &Server, node: &str, state: &str) {
     if cli_mode() {

@@ -112,6 +112,8 @@ impl CliBackend {
         argv.push(target.key.to_string_lossy().into_owned());
         argv.push("-p".into());
         argv.push(target.port.to_string());
+        // Options end here: no destination can pass for one (`-oProxyCommand=…`).
+        argv.push("--".into());
         argv.push(format!("{}@{}", target.user, target.ip));
         argv.push(remote.to_string());
         argv

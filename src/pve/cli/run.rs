@@ -74,6 +74,7 @@ impl Runner {
             .map_err(|_| PveError::command(display(&argv), "an argument holds a NUL byte", 2))?;
         let mut ssh: Vec<String> = vec!["ssh".into()];
         ssh.extend(SSH_BATCH.iter().map(|s| s.to_string()));
+        ssh.push("--".into());
         ssh.push(format!("root@{ip}"));
         ssh.push(remote);
         Ok(ssh)
@@ -199,6 +200,7 @@ mod tests {
                 "BatchMode=yes",
                 "-o",
                 "ConnectTimeout=10",
+                "--",
                 "root@10.0.0.12",
                 r"qm set 101 --cipassword '$6$a$b' --name 'x y'",
             ]
