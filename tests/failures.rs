@@ -68,6 +68,19 @@ async fn preparation_failure_leaves_no_vm() {
 }
 
 #[tokio::test]
+async fn a_storage_that_does_not_allow_disk_images_is_refused_before_anything_is_made() {
+    // `iso` is an active `dir` storage, for ISO images and templates only.
+    let server = common::server(&[("ASSIGN_STORAGE", "iso")]).await;
+    let out = run(&server.url, DEBIAN).await;
+    out.assert_failed_at(
+        "preparation > checking storage pool",
+        "[-] storage pool iso does not exist or does not allow disk images (content 'images')",
+    );
+    assert_eq!(out.job["outcome"], "none");
+    assert!(!created_a_vm(&common::commands(&server).await));
+}
+
+#[tokio::test]
 async fn image_failure_leaves_no_vm() {
     let images = common::image_server().await;
     let missing = format!("{images}/nothing-here");

@@ -1,5 +1,6 @@
 //! `preparation > checking storage pool` (SPEC §3): `ASSIGN_STORAGE` must be
-//! listed by `pvesm status`, active, and of a type that holds VM disks.
+//! listed by `pvesm status --content images` (so its content allows disk
+//! images), active, and of a type that holds VM disks.
 
 use super::report::one_line;
 use crate::pve::{PveError, StorageStatus};
@@ -9,7 +10,7 @@ const STORAGE_TYPES: [&str; 4] = ["dir", "zfspool", "lvmthin", "nfs"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("storage pool {0} does not exist")]
+    #[error("storage pool {0} does not exist or does not allow disk images (content 'images')")]
     Missing(String),
     #[error("storage pool {name} is {status}")]
     NotActive { name: String, status: String },
@@ -65,7 +66,10 @@ mod tests {
         assert!(check(&rows, "local-zfs").is_ok());
         let text = |s: &str| check(&rows, s).unwrap_err().to_string();
         assert_eq!(text("nas"), "storage pool nas is inactive");
-        assert_eq!(text("gone"), "storage pool gone does not exist");
+        assert_eq!(
+            text("gone"),
+            "storage pool gone does not exist or does not allow disk images (content 'images')"
+        );
         assert_eq!(
             text("iso"),
             "storage pool iso is of type cifs, not one of: dir, zfspool, lvmthin, nfs"

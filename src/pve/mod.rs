@@ -186,6 +186,7 @@ pub trait Pve: Send + Sync {
     /// `pvesh get /nodes/<node>/status --output-format json`
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError>;
     /// `pvesm status` on the given node.
+    /// `pvesm status --content images`: the storages that may hold VM disks.
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError>;
 
     /// `qm create <vmid> --k v …`

@@ -479,7 +479,11 @@ impl Face<'_> {
             eprintln!("ERROR: unknown command 'pvesm {}'", args.join(" "));
             return Ok(255);
         }
-        let rows = crate::pve::Pve::storage_status(self.sim, &self.node).await?;
+        let content = args
+            .windows(2)
+            .find(|w| w[0] == "--content")
+            .map(|w| w[1].as_str());
+        let rows = self.sim.pvesm_status(&self.node, content).await?;
         let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4) + 1;
         out(&format!(
             "{:<width$} {:>10} {:>10} {:>15} {:>15} {:>15} {:>8}",

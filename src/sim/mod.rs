@@ -97,6 +97,20 @@ fn load_or_seed(dir: &Path, settings: &SimSettings) -> Result<ClusterState, SimE
 }
 
 impl SimCluster {
+    /// `pvesm status [--content <type>]` on `node`.
+    pub(crate) async fn pvesm_status(
+        &self,
+        node: &str,
+        content: Option<&str>,
+    ) -> Result<Vec<StorageStatus>, PveError> {
+        self.strike("storage", None, "pvesm status").await?;
+        self.clock.sleep(timing::READ).await;
+        self.read(|s| {
+            s.online_node(node, "pvesm status")?;
+            Ok(s.storage_status(node, content))
+        })
+    }
+
     fn with_store(store: Store, settings: &SimSettings) -> SimCluster {
         SimCluster {
             store,
@@ -298,12 +312,7 @@ impl Pve for SimCluster {
 
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
         self.start_up().await;
-        self.strike("storage", None, "pvesm status").await?;
-        self.clock.sleep(timing::READ).await;
-        self.read(|s| {
-            s.online_node(node, "pvesm status")?;
-            Ok(s.storage_status(node))
-        })
+        self.pvesm_status(node, Some("images")).await
     }
 
     async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {

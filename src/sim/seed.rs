@@ -184,6 +184,16 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
             total: 860 * GIB,
             used_base: 4 * GIB,
         },
+        // ISO images and container templates only: no VM disk goes here.
+        SimStorage {
+            id: "iso".to_string(),
+            kind: "dir".to_string(),
+            content: "iso,vztmpl".to_string(),
+            enabled: true,
+            reachable: true,
+            total: 200 * GIB,
+            used_base: 40 * GIB,
+        },
         SimStorage {
             id: "nas".to_string(),
             kind: "nfs".to_string(),

@@ -412,10 +412,12 @@ impl ClusterState {
         }
     }
 
-    pub fn storage_status(&self, node: &str) -> Vec<StorageStatus> {
+    /// `pvesm status [--content <type>]`.
+    pub fn storage_status(&self, node: &str, content: Option<&str>) -> Vec<StorageStatus> {
         let mut rows: Vec<StorageStatus> = self
             .storages
             .iter()
+            .filter(|s| content.is_none_or(|c| s.content.split(',').any(|have| have == c)))
             .map(|s| {
                 let (status, total, used) = match (s.enabled, s.reachable) {
                     (false, _) => ("disabled", 0, 0),

@@ -170,7 +170,11 @@ impl Pve for CliBackend {
     }
 
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
-        let out = self.on(node, "pvesm", strings(["status"])).await?;
+        // Only the storages that may hold VM disks: a storage without
+        // `images` in its content is refused before anything is made.
+        let out = self
+            .on(node, "pvesm", strings(["status", "--content", "images"]))
+            .await?;
         parse::pvesm_status(&out.stdout)
     }
 
