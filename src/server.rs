@@ -65,9 +65,8 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Builds the whole application for a configuration; `port` is the one the
-/// listener got (VMs fetch the init scripts from it).
-pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
+/// Builds the whole application for a configuration.
+pub fn build(config: Config) -> Result<Router, StartError> {
     let config = Arc::new(config);
     let web = Http::new()?;
     // The simulated cluster brings its own clock and internet; a real one
@@ -102,7 +101,6 @@ pub fn build(config: Config, port: u16) -> Result<Router, StartError> {
             mirror,
             clock,
             jobs,
-            listen_port: port,
         },
     ));
 
@@ -172,7 +170,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, StartError> {
 pub async fn spawn(config: Config) -> Result<Running, StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
-    let router = build(config, addr.port())?;
+    let router = build(config)?;
     let task = tokio::spawn(async move {
         let service = router.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, service).await {
@@ -196,7 +194,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         eprintln!("WARNING: {risk}");
         tracing::warn!("{risk}");
     }
-    let router = build(config, addr.port())?;
+    let router = build(config)?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(
         "pvedeck listening on {} (backend: {backend})",

@@ -1,7 +1,7 @@
 //! The real-SSH lane: readiness polling and SSH initialization with the real
 //! `ssh` client against a real `sshd` (started here, on loopback, with its
-//! own host key and configuration), which fetches the (harmless) init script
-//! from pvedeck's `/sh/` route. `qm`, `pvesh` and `pvesm` are the simulator's
+//! own host key and configuration), which receives the (harmless) init
+//! script over the SSH session itself. `qm`, `pvesh` and `pvesm` are the simulator's
 //! stand-ins; the VM address falls in 127.0.0.0/8 (`GATEWAY=127.0.0.1`).
 
 mod common;
@@ -79,7 +79,7 @@ fn start_sshd(dir: &Path, port: u16, authorized: &Path) -> Killed {
 }
 
 #[tokio::test]
-async fn install_over_real_ssh_runs_the_init_script_from_pvedeck() {
+async fn install_over_real_ssh_sends_the_init_script_over_the_session() {
     let dir = common::temp_dir("realssh");
     let keys = dir.join("ssh");
     std::fs::create_dir_all(&keys).unwrap();
@@ -112,7 +112,8 @@ async fn install_over_real_ssh_runs_the_init_script_from_pvedeck() {
         .collect();
     for line in [
         "  [pvedeck] test init for debian 12",
-        "  [pvedeck] root password received",
+        // A SHA-512 crypt hash reached the script, not the password.
+        "  [pvedeck] root password hash received: $6$",
         r#"  [pvedeck] quoting survives: "double" 'single' back\slash and ünïcödé"#,
         "  [pvedeck] initialization complete",
     ] {
@@ -123,7 +124,8 @@ async fn install_over_real_ssh_runs_the_init_script_from_pvedeck() {
         .filter(|e| e.step() == "VM initialization > finalizing")
         .count();
     assert_eq!(finals, 4);
-    // The script came from pvedeck's own route.
+    // The script came over the session: the guest fetched nothing.
     let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-    assert!(log.contains("/sh/debian_12.sh"), "{log}");
+    assert!(!log.contains("/sh/debian_12.sh"), "{log}");
+    assert!(script.iter().all(|l| !l.contains("r00t-pw")), "{script:#?}");
 }

@@ -508,7 +508,7 @@ async fn ssh_requires_the_host_key_recorded_at_first_contact_or_proved_through_t
         // answered `echo ready` recorded, as does all that follows.
         let script = argvs
             .iter()
-            .position(|a| a.contains("/sh/"))
+            .position(|a| a.contains("f=$(mktemp) && cat > "))
             .expect("the init script");
         assert!(
             argvs[script..]

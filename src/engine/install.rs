@@ -666,8 +666,8 @@ impl Engine {
             .map(drop)
     }
 
-    /// The release's init script over SSH (fetched from pvedeck's `/sh/`),
-    /// its output relayed; a failure destroys the half-made VM.
+    /// The release's init script, sent over the SSH session, its output
+    /// relayed; a failure destroys the half-made VM.
     pub(super) async fn init_script(
         &self,
         step: &Step<'_>,
@@ -675,15 +675,32 @@ impl Engine {
         release: &app::os::Release,
         root_password: Option<crate::config::Secret>,
     ) -> Result<(), Failure> {
-        let script = release.script_name();
-        let main_ip = self
-            .config
-            .node_ip(&self.config.main_node)
-            .unwrap_or(Ipv4Addr::LOCALHOST);
+        let name = release.script_name();
+        let body = crate::scripts::script(&name, self.config.init_scripts).ok_or_else(|| {
+            Failure::new(
+                step,
+                format!("[-] failed to perform SSH initialization: no script {name}"),
+                Cleanup::Destroy,
+            )
+        })?;
+        // The clear text never leaves pvedeck: the script gets its hash.
+        let hash = match root_password
+            .as_ref()
+            .map(|p| crate::secret::hash_password(p.expose()))
+        {
+            None => None,
+            Some(Ok(hash)) => Some(hash),
+            Some(Err(e)) => {
+                return Err(failed(
+                    step,
+                    "failed to perform SSH initialization",
+                    Cleanup::Destroy,
+                )(e));
+            }
+        };
         let command = GuestCommand::InitScript {
-            url: format!("http://{main_ip}:{}/sh/{script}", self.listen_port),
-            script,
-            root_password,
+            body: crate::scripts::with_root_hash(&body, hash.as_deref()),
+            name,
         };
         let relay = |line: &str| step.relay(line);
         self.proxmox

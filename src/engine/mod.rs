@@ -54,9 +54,6 @@ pub struct Engine {
     clock: Clock,
     /// Serializes the SSH key step: two installs must not both run ssh-keygen.
     key_lock: tokio::sync::Mutex<()>,
-    /// The port pvedeck really listens on (`PORT=0` picks one), for the
-    /// init script URL VMs fetch.
-    listen_port: u16,
     /// Golden templates being built.
     template_builds: templates::Builds,
     /// The UI's logins.
@@ -71,7 +68,6 @@ pub struct Parts {
     /// The backend's time: real, or the simulated cluster's `SIM_SPEED`.
     pub clock: Clock,
     pub jobs: Arc<Jobs>,
-    pub listen_port: u16,
 }
 
 /// The list with how old its data is.
@@ -119,7 +115,6 @@ impl Engine {
             cpu_baseline: cpu::Baseline::default(),
             clock: parts.clock,
             key_lock: tokio::sync::Mutex::new(()),
-            listen_port: parts.listen_port,
             template_builds: Default::default(),
             sessions: sessions::Sessions::new(config_ttl),
         }

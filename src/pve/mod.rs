@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use crate::config::Secret;
 pub use timed::Timed;
 pub use types::{CpuInfo, NodeResource, NodeStatus, StorageStatus, VmResource};
 
@@ -138,12 +137,13 @@ pub enum GuestCommand {
     /// [`READY_COMMAND`]: the readiness probe, which also tells the
     /// machine-id at first contact.
     Ready,
-    /// Fetch `/sh/<script>` from pvedeck and run it with sudo; the root
-    /// password travels on stdin, never in an argument list.
+    /// The init script, sent over the SSH session itself (not fetched
+    /// over the network): staged in a file, then run as root with stdin
+    /// closed. The root password is in it only as a SHA-512 crypt hash.
     InitScript {
-        url: String,
-        script: String,
-        root_password: Option<Secret>,
+        /// `debian_12.sh`, for messages.
+        name: String,
+        body: String,
     },
 }
 

@@ -3,14 +3,11 @@
 # the real one would and changes nothing (INIT_SCRIPTS=test).
 set -euo pipefail
 
-root_password="${PVEDECK_ROOT_PASSWORD:-}"
-if [ -z "$root_password" ] && [ ! -t 0 ]; then
-  IFS= read -r root_password || true
-fi
+root_hash="${PVEDECK_ROOT_HASH:-}"
 
 echo "[pvedeck] test init for @OS@ @VERSION@"
-if [ -n "$root_password" ]; then
-  printf '%s\n' "[pvedeck] root password received"
+if [ -n "$root_hash" ]; then
+  printf '%s\n' "[pvedeck] root password hash received: ${root_hash:0:3}"
 fi
 echo "[pvedeck] quoting survives: \"double\" 'single' back\\slash and ünïcödé"
 echo "[pvedeck] initialization complete"

@@ -37,6 +37,19 @@ pub fn script(name: &str, set: ScriptSet) -> Option<String> {
     Some(render(template, &release))
 }
 
+/// The copy of a script pvedeck sends over the SSH session: the root
+/// password's hash (`$6$…`, which needs no quoting inside single quotes)
+/// set right after the shebang.
+pub fn with_root_hash(body: &str, hash: Option<&str>) -> String {
+    let Some(hash) = hash.filter(|h| !h.contains('\'')) else {
+        return body.to_string();
+    };
+    match body.split_once('\n') {
+        Some((shebang, rest)) => format!("{shebang}\nPVEDECK_ROOT_HASH='{hash}'\n{rest}"),
+        None => format!("PVEDECK_ROOT_HASH='{hash}'\n{body}"),
+    }
+}
+
 /// The progress lines a script prints: its `echo "…"` lines, in order, as
 /// bash prints them (`\"` and `\\` unescaped).
 pub fn echo_lines(script: &str) -> Vec<String> {
@@ -69,12 +82,19 @@ mod tests {
     }
 
     #[test]
-    fn the_password_never_comes_from_an_argument() {
+    fn only_a_hash_of_the_password_reaches_the_script() {
         for release in RELEASES {
             let body = script(&release.script_name(), ScriptSet::Real).unwrap();
             assert!(!body.contains("$1"), "{}", release.script_name());
-            assert!(body.contains("read -r root_password"));
+            assert!(body.contains("chpasswd -e"), "{}", release.script_name());
+            let sent = with_root_hash(&body, Some("$6$salt$hash"));
+            let lines: Vec<&str> = sent.lines().take(2).collect();
+            assert_eq!(
+                lines,
+                ["#!/usr/bin/env bash", "PVEDECK_ROOT_HASH='$6$salt$hash'"]
+            );
         }
+        assert_eq!(with_root_hash("#!x\ny", Some("a'b")), "#!x\ny");
     }
 
     #[test]

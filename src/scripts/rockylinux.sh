@@ -2,14 +2,12 @@
 # pvedeck initialization for Rocky Linux @VERSION@.
 # pvedeck runs this as root over SSH after the VM's first boot. Running it
 # again changes nothing that is already in place.
-# The root password arrives on stdin (one line; empty leaves root's password
-# alone), never as an argument, so no process list shows it.
+# The root password arrives as its SHA-512 crypt hash in PVEDECK_ROOT_HASH
+# (set at the top of the copy pvedeck sends; empty leaves root's password
+# alone): the clear text never leaves pvedeck.
 set -euo pipefail
 
-root_password="${PVEDECK_ROOT_PASSWORD:-}"
-if [ -z "$root_password" ] && [ ! -t 0 ]; then
-  IFS= read -r root_password || true
-fi
+root_hash="${PVEDECK_ROOT_HASH:-}"
 timezone="${PVEDECK_TIMEZONE:-Etc/UTC}"
 
 echo "[pvedeck] waiting for cloud-init to finish"
@@ -28,9 +26,9 @@ localectl set-locale LANG=en_US.UTF-8
 echo "[pvedeck] setting the timezone"
 timedatectl set-timezone "$timezone"
 
-if [ -n "$root_password" ]; then
+if [ -n "$root_hash" ]; then
   echo "[pvedeck] setting the root password"
-  printf 'root:%s\n' "$root_password" | chpasswd
+  printf 'root:%s\n' "$root_hash" | chpasswd -e
 fi
 
 echo "[pvedeck] adding 2G of swap"

@@ -8,7 +8,7 @@
 //! `ssh <user>@<vm-ip> <command>` to the simulated guest.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 
 use serde_json::Value;
 
@@ -605,19 +605,13 @@ impl Face<'_> {
         };
         let guest = if [crate::pve::READY_COMMAND, "echo ready"].contains(&command.trim()) {
             GuestCommand::Ready
-        } else if let Some(script) = command
-            .split("/sh/")
-            .nth(1)
-            .and_then(|rest| rest.split(['\'', '"', ' ']).next())
-        {
-            // The root password comes on stdin, one line.
-            let mut password = String::new();
-            let _ = std::io::stdin().lock().read_line(&mut password);
-            let password = password.trim_end_matches(['\n', '\r']);
+        } else if command.starts_with("f=$(mktemp) && cat > ") {
+            // The init script, on stdin.
+            let mut body = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut body);
             GuestCommand::InitScript {
-                url: String::new(),
-                script: script.to_string(),
-                root_password: (!password.is_empty()).then(|| crate::config::Secret::new(password)),
+                name: String::new(),
+                body,
             }
         } else {
             eprintln!("bash: line 1: {command}: command not found");

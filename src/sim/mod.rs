@@ -26,7 +26,6 @@ use crate::pve::{
     AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
     PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
-use crate::scripts::ScriptSet;
 use faults::{Fault, Strike};
 pub use internet::SimInternet;
 pub use state::ClusterState;
@@ -46,8 +45,6 @@ pub struct SimSettings {
     pub jitter: f64,
     pub gateway: Ipv4Addr,
     pub nodes: BTreeMap<String, Ipv4Addr>,
-    /// The init scripts the guests "fetch" from pvedeck's `/sh/`.
-    pub scripts: ScriptSet,
     /// Wall-clock cost of each `qm`/`pvesh`/`pvesm` (a Perl start-up).
     pub pvesh: std::time::Duration,
     /// `(nodes, VMs)` of a large cluster to seed instead of the demo.
@@ -61,7 +58,6 @@ impl SimSettings {
             jitter: config.sim_jitter,
             gateway: config.gateway,
             nodes: config.nodes.clone(),
-            scripts: config.init_scripts,
             pvesh: config.sim_pvesh,
             size: config.sim_size,
         }
@@ -74,7 +70,6 @@ pub struct SimCluster {
     clock: Clock,
     jitter: f64,
     gateway: Ipv4Addr,
-    scripts: ScriptSet,
 }
 
 /// The saved state of `dir`, or the demo cluster when there is none yet.
@@ -118,7 +113,6 @@ impl SimCluster {
             clock: Clock::new(settings.speed),
             jitter: settings.jitter,
             gateway: settings.gateway,
-            scripts: settings.scripts,
         }
     }
 

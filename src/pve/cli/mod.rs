@@ -120,17 +120,13 @@ impl CliBackend {
     }
 }
 
-/// The remote command of SSH initialization: fetch the script, run it as
-/// root (through sudo unless already root), the password on stdin.
-fn init_command(url: &str) -> Result<String, PveError> {
-    let url = shlex::try_quote(url)
-        .map_err(|_| PveError::command("ssh", "the script URL holds a NUL byte", 2))?;
-    Ok(format!(
-        "f=$(mktemp) && curl -fsSL {url} -o \"$f\" && \
-         if [ \"$(id -u)\" = 0 ]; then bash \"$f\"; else sudo bash \"$f\"; fi; \
-         rc=$?; rm -f \"$f\"; exit $rc"
-    ))
-}
+/// The remote command of SSH initialization: the script comes on stdin,
+/// is kept whole in a private file, then runs as root (through sudo unless
+/// already root) with stdin closed — a package step reading stdin cannot
+/// swallow the rest of the script.
+const INIT_COMMAND: &str = "f=$(mktemp) && cat > \"$f\" && \
+     if [ \"$(id -u)\" = 0 ]; then bash \"$f\"; else sudo bash \"$f\"; fi </dev/null; \
+     rc=$?; rm -f \"$f\"; exit $rc";
 
 #[async_trait]
 impl Pve for CliBackend {
@@ -367,18 +363,13 @@ impl Pve for CliBackend {
                 let argv = CliBackend::guest_argv(target, super::READY_COMMAND);
                 self.runner.run(&argv, None, Some(out)).await.map(drop)
             }
-            GuestCommand::InitScript {
-                url, root_password, ..
-            } => {
-                let argv = CliBackend::guest_argv(target, &init_command(url)?);
-                // The password travels on stdin: no argument list shows it.
-                let mut stdin = root_password
-                    .as_ref()
-                    .map(|p| p.expose().as_bytes().to_vec())
-                    .unwrap_or_default();
-                stdin.push(b'\n');
+            GuestCommand::InitScript { body, .. } => {
+                let argv = CliBackend::guest_argv(target, INIT_COMMAND);
+                // The script travels on the session pvedeck opened to the
+                // host whose key it checked: nothing to fetch, nothing in an
+                // argument list.
                 self.runner
-                    .run(&argv, Some(&stdin), Some(out))
+                    .run(&argv, Some(body.as_bytes()), Some(out))
                     .await
                     .map(drop)
             }
@@ -391,12 +382,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_init_command_quotes_the_url_and_keeps_the_password_out() {
-        let cmd = init_command("http://10.0.0.11:8080/sh/debian_12.sh").unwrap();
-        assert!(
-            cmd.starts_with("f=$(mktemp) && curl -fsSL http://10.0.0.11:8080/sh/debian_12.sh -o")
-        );
-        assert!(cmd.contains("sudo bash \"$f\""));
+    fn the_init_script_comes_on_stdin_and_runs_with_stdin_closed() {
+        assert!(INIT_COMMAND.starts_with("f=$(mktemp) && cat > \"$f\" && "));
+        assert!(INIT_COMMAND.contains("sudo bash \"$f\"; fi </dev/null"));
+        assert!(!INIT_COMMAND.contains("curl"));
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("known_hosts");
         let target = GuestTarget {
