@@ -78,6 +78,10 @@ pub struct Config {
     /// `IMAGE_BASE_<OS>` overrides.
     pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
+    /// `JOB_MAX_EVENTS`, `JOBS_KEEP_DAYS`.
+    pub job_limits: crate::jobs::JobLimits,
+    /// `MAX_PVE_COMMANDS`: Proxmox commands running at once, at most.
+    pub max_pve_commands: usize,
     /// `SESSION_TTL` (seconds): how long a UI login lasts.
     pub session_ttl: Duration,
     /// `MANAGE`: which VMs pvedeck acts on.
@@ -457,6 +461,16 @@ impl Vars<'_> {
         };
 
         let sites = self.sites()?;
+        let defaults = crate::jobs::JobLimits::default();
+        let job_limits = crate::jobs::JobLimits {
+            max_relayed: self
+                .int_in("JOB_MAX_EVENTS", 10, 1_000_000)?
+                .unwrap_or(defaults.max_relayed),
+            keep_days: self
+                .u32_in("JOBS_KEEP_DAYS", 1, 36_500)?
+                .unwrap_or(defaults.keep_days),
+        };
+        let max_pve_commands = self.int_in("MAX_PVE_COMMANDS", 1, 4096)?.unwrap_or(64) as usize;
         let session_ttl = Duration::from_secs(
             self.int_in("SESSION_TTL", 60, 31_536_000)?
                 .unwrap_or(43_200),
@@ -523,6 +537,8 @@ impl Vars<'_> {
             api_tokens,
             sites,
             session_ttl,
+            job_limits,
+            max_pve_commands,
             manage,
             ssh_port,
             ssh_poll_interval,

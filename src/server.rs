@@ -93,7 +93,7 @@ pub fn build(config: Config) -> Result<Router, StartError> {
             None,
         ),
     };
-    let jobs = Jobs::open(&config.data_dir.join("pvedeck.db"))?;
+    let jobs = Jobs::open_with(&config.data_dir.join("pvedeck.db"), config.job_limits)?;
     let engine = Arc::new(Engine::new(
         config.clone(),
         Parts {

@@ -134,3 +134,23 @@ async fn a_restart_keeps_jobs_and_vms() {
 async fn post_stop(url: &str, vmid: u32) -> u16 {
     common::post(&format!("{url}/api/vm/{vmid}/stop")).await.0
 }
+
+#[tokio::test]
+async fn command_output_kept_per_job_is_bounded() {
+    let s = common::server(&[("JOB_MAX_EVENTS", "10")]).await;
+    let (job, events) = common::install(&s.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let relayed: Vec<&str> = events
+        .iter()
+        .map(Sse::message)
+        .filter(|m| m.starts_with("  "))
+        .collect();
+    assert_eq!(relayed.len(), 11, "{relayed:#?}");
+    assert_eq!(
+        relayed.last().copied(),
+        Some("  … more output not kept: 10 lines per job (JOB_MAX_EVENTS)")
+    );
+    // The job ran to its end all the same, and the database holds the same.
+    let stored = common::json(&format!("{}/api/jobs/{job}", s.url)).await;
+    assert_eq!(stored["state"], "succeeded");
+}

@@ -91,10 +91,10 @@ impl Engine {
     /// the current runtime).
     pub fn new(config: Arc<Config>, parts: Parts) -> Engine {
         let config_ttl = config.session_ttl;
-        let proxmox = Arc::new(Timed::new(
+        let proxmox = Arc::new(Timed::bounded(
             parts.pve,
-            config.command_timeout,
-            config.long_command_timeout,
+            (config.command_timeout, config.long_command_timeout),
+            config.max_pve_commands,
         ));
         Engine {
             cluster: snapshot::Cluster::start(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use app::types::{StepEvent, StepStatus};
 
-use crate::jobs::JobHandle;
+use crate::jobs::{Admit, JobHandle};
 
 /// Where a step's events go: to the job, or to a turn of stages that run at
 /// once but report in the seed's order.
@@ -30,6 +30,29 @@ impl Out<'_> {
             Out::Turn(turns, turn) => turns.emit(*turn, event),
         }
     }
+
+    fn job(&self) -> &JobHandle {
+        match self {
+            Out::Job(job) => job,
+            Out::Turn(turns, _) => turns.job,
+        }
+    }
+}
+
+/// The longest relayed line kept, in bytes: a command printing megabytes
+/// on one line fills neither the database nor the followers.
+const MAX_LINE: usize = 4096;
+
+/// `line`, cut at [`MAX_LINE`] on a character boundary, saying how much went.
+fn clip(line: &str) -> std::borrow::Cow<'_, str> {
+    if line.len() <= MAX_LINE {
+        return line.into();
+    }
+    let mut end = MAX_LINE;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes cut)", &line[..end], line.len() - end).into()
 }
 
 /// Stages that work at the same time and report one after the other: a
@@ -140,9 +163,17 @@ impl<'a> Step<'a> {
         self.emit(StepStatus::Error, message.into());
     }
 
-    /// A line printed by a command, relayed under this step.
+    /// A line printed by a command, relayed under this step (at most
+    /// `JOB_MAX_EVENTS` per job, each at most 4 KiB).
     pub fn relay(&self, line: &str) {
-        self.emit(StepStatus::Processing, format!("  {line}"));
+        match self.out.job().admit_relayed() {
+            Admit::Yes => self.emit(StepStatus::Processing, format!("  {}", clip(line))),
+            Admit::Last(max) => self.emit(
+                StepStatus::Processing,
+                format!("  … more output not kept: {max} lines per job (JOB_MAX_EVENTS)"),
+            ),
+            Admit::No => {}
+        }
     }
 
     /// A final event carrying the VM's id and address.
@@ -193,6 +224,19 @@ pub fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_lines_are_cut_on_a_character_boundary() {
+        assert_eq!(clip("short"), "short");
+        let long = "é".repeat(3000);
+        let cut = clip(&long);
+        assert!(
+            cut.ends_with("… (1904 bytes cut)"),
+            "{}",
+            &cut[cut.len() - 30..]
+        );
+        assert!(cut.len() <= MAX_LINE + 30);
+    }
     use crate::jobs::Jobs;
     use app::types::JobKind;
 

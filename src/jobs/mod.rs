@@ -35,13 +35,52 @@ const LIVE_CAPACITY: usize = 256;
 pub struct Jobs {
     store: Store,
     live: Mutex<HashMap<u64, broadcast::Sender<Live>>>,
+    limits: JobLimits,
+}
+
+/// What one job may keep, and how long jobs are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobLimits {
+    /// `JOB_MAX_EVENTS`: relayed command output lines kept per job (each a
+    /// row and a broadcast); past it, one line says the rest was dropped.
+    pub max_relayed: u64,
+    /// `JOBS_KEEP_DAYS`: ended jobs older than this go at start-up.
+    pub keep_days: u32,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            max_relayed: 5000,
+            keep_days: 90,
+        }
+    }
+}
+
+/// Whether a relayed line is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Yes,
+    /// The first one past the limit: say so, once.
+    Last(u64),
+    No,
 }
 
 impl Jobs {
     /// Opens the job database; jobs that were running when the server
     /// stopped are closed as interrupted, with an event saying so.
     pub fn open(path: &Path) -> Result<Arc<Jobs>, StoreError> {
+        Jobs::open_with(path, JobLimits::default())
+    }
+
+    /// [`Jobs::open`] with limits; ended jobs older than `keep_days` go.
+    pub fn open_with(path: &Path, limits: JobLimits) -> Result<Arc<Jobs>, StoreError> {
         let store = Store::open(path)?;
+        let keep_ms = i64::from(limits.keep_days) * 86_400_000;
+        let pruned = store.prune(now_ms() - keep_ms)?;
+        if pruned > 0 {
+            tracing::info!(pruned, keep_days = limits.keep_days, "old jobs removed");
+        }
         for job in store.running_jobs()? {
             let seq = store.last_seq(job.id)? + 1;
             let step = store
@@ -63,6 +102,7 @@ impl Jobs {
         Ok(Arc::new(Jobs {
             store,
             live: Mutex::new(HashMap::new()),
+            limits,
         }))
     }
 
@@ -84,6 +124,7 @@ impl Jobs {
             id,
             jobs: self.clone(),
             seq: AtomicU64::new(0),
+            relayed: AtomicU64::new(0),
             finished: Mutex::new(false),
         })
     }
@@ -191,12 +232,24 @@ pub struct JobHandle {
     id: u64,
     jobs: Arc<Jobs>,
     seq: AtomicU64,
+    /// Relayed command output lines so far.
+    relayed: AtomicU64,
     finished: Mutex<bool>,
 }
 
 impl JobHandle {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Counts a relayed line against `JOB_MAX_EVENTS`.
+    pub fn admit_relayed(&self) -> Admit {
+        let max = self.jobs.limits.max_relayed;
+        match self.relayed.fetch_add(1, Ordering::SeqCst) {
+            n if n < max => Admit::Yes,
+            n if n == max => Admit::Last(max),
+            _ => Admit::No,
+        }
     }
 
     pub fn set_vmid(&self, vmid: u32) {

@@ -39,15 +39,24 @@ pub struct Timed {
     /// Calls that may have changed the cluster, counted when they return
     /// (done or failed): what a cluster snapshot read before is out of date.
     changes: AtomicU64,
+    /// `MAX_PVE_COMMANDS`: calls running at once (each a process on a
+    /// node with the `cli` backend); the rest wait their turn, which does
+    /// not count against their timeout.
+    running: tokio::sync::Semaphore,
 }
 
 impl Timed {
     pub fn new(pve: Arc<dyn Pve>, short: Duration, long: Duration) -> Timed {
+        Timed::bounded(pve, (short, long), 64)
+    }
+
+    pub fn bounded(pve: Arc<dyn Pve>, (short, long): (Duration, Duration), max: usize) -> Timed {
         Timed {
             pve,
             short,
             long,
             changes: AtomicU64::new(0),
+            running: tokio::sync::Semaphore::new(max.max(1)),
         }
     }
 
@@ -88,6 +97,8 @@ impl Timed {
         call: impl Future<Output = Result<T, PveError>>,
     ) -> Result<T, PveError> {
         let limit = self.limit(class);
+        // Never closed: a permit always comes.
+        let _turn = self.running.acquire().await.ok();
         match tokio::time::timeout(limit, call).await {
             Ok(result) => result,
             Err(_) => Err(PveError::Timeout {
@@ -374,6 +385,133 @@ mod tests {
         ) -> Result<(), PveError> {
             std::future::pending().await
         }
+    }
+
+    /// Counts the calls inside it; each waits for the gate.
+    #[derive(Default)]
+    struct Gated {
+        inside: AtomicU64,
+        most: AtomicU64,
+        gate: tokio::sync::Notify,
+    }
+
+    #[async_trait::async_trait]
+    impl Pve for Gated {
+        async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+            let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            self.gate.notified().await;
+            self.inside.fetch_sub(1, Ordering::SeqCst);
+            Ok(Vec::new())
+        }
+        async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+            std::future::pending().await
+        }
+        async fn node_status(&self, _: &str) -> Result<NodeStatus, PveError> {
+            std::future::pending().await
+        }
+        async fn storage_status(&self, _: &str) -> Result<Vec<StorageStatus>, PveError> {
+            std::future::pending().await
+        }
+        async fn create(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn import_disk(
+            &self,
+            _: &str,
+            _: u32,
+            _: &Path,
+            _: &str,
+            _: LineSink<'_>,
+        ) -> Result<String, PveError> {
+            std::future::pending().await
+        }
+        async fn set(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn resize(&self, _: &str, _: u32, _: &str, _: &str) -> Result<String, PveError> {
+            std::future::pending().await
+        }
+        async fn config(&self, _: &str, _: u32) -> Result<BTreeMap<String, String>, PveError> {
+            std::future::pending().await
+        }
+        async fn status(&self, _: &str, _: u32) -> Result<String, PveError> {
+            std::future::pending().await
+        }
+        async fn power(&self, _: &str, _: u32, _: PowerAction) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn destroy(&self, _: &str, _: u32, _: bool) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn migrate(&self, _: &str, _: u32, _: &str, _: LineSink<'_>) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn clone_vm(
+            &self,
+            _: &str,
+            _: u32,
+            _: u32,
+            _: &str,
+            _: CloneMode,
+            _: LineSink<'_>,
+        ) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn template(&self, _: &str, _: u32) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn agent_ping(&self, _: &str, _: u32) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+        async fn agent_exec(
+            &self,
+            _: &str,
+            _: u32,
+            _: &[String],
+            _: u32,
+        ) -> Result<AgentExec, PveError> {
+            std::future::pending().await
+        }
+        async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {
+            false
+        }
+        async fn guest_exec(
+            &self,
+            _: &GuestTarget,
+            _: &GuestCommand,
+            _: LineSink<'_>,
+        ) -> Result<(), PveError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_max_pve_commands_run_at_once() {
+        let pve = Arc::new(Gated::default());
+        let long = Duration::from_secs(60);
+        let timed = Arc::new(Timed::bounded(pve.clone(), (long, long), 2));
+        let calls: Vec<_> = (0..5)
+            .map(|_| {
+                let timed = timed.clone();
+                tokio::spawn(async move { timed.cluster_vms().await })
+            })
+            .collect();
+        // Let every task reach its turn or the semaphore.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pve.inside.load(Ordering::SeqCst), 2, "two run, three wait");
+        for call in calls {
+            // Each release lets one waiting call in; each call then waits too.
+            pve.gate.notify_waiters();
+            while !call.is_finished() {
+                tokio::task::yield_now().await;
+                pve.gate.notify_waiters();
+            }
+            assert!(call.await.expect("task").is_ok());
+        }
+        assert_eq!(pve.most.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

@@ -131,6 +131,10 @@ impl Store {
             .map_err(open_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
+        // Another writer (a second pvedeck on the same file, a backup)
+        // makes a write wait, not fail.
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
         for (table, column, kind) in ADDED_COLUMNS {
             let has: bool = conn
@@ -228,6 +232,24 @@ impl Store {
         let mut stmt = conn.prepare("SELECT * FROM jobs ORDER BY id DESC LIMIT ?1")?;
         let rows = stmt.query_map([limit], job_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Removes the jobs that ended before `before` (ms), with their
+    /// events; how many went.
+    pub fn prune(&self, before: i64) -> Result<usize, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "DELETE FROM events WHERE job_id IN
+             (SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < ?1)",
+            [before],
+        )?;
+        let gone = tx.execute(
+            "DELETE FROM jobs WHERE finished IS NOT NULL AND finished < ?1",
+            [before],
+        )?;
+        tx.commit()?;
+        Ok(gone)
     }
 
     pub fn running_jobs(&self) -> Result<Vec<Job>, StoreError> {
@@ -331,6 +353,30 @@ mod tests {
     }
 
     #[test]
+    fn pruning_removes_ended_jobs_older_than_the_cut_with_their_events() {
+        let store = Store::open(&temp_db("prune")).unwrap();
+        let ended = store.create_job(JobKind::Install, None, "old", 1).unwrap();
+        let ev = StepEvent {
+            step: "s".into(),
+            status: StepStatus::Success,
+            message: "m".into(),
+            vm_id: None,
+            ip: None,
+            host_key: None,
+        };
+        store.append(ended, 1, 2, &ev).unwrap();
+        store
+            .finish(ended, JobState::Succeeded, 10, None, None)
+            .unwrap();
+        let running = store.create_job(JobKind::Install, None, "runs", 1).unwrap();
+        assert_eq!(store.prune(10).unwrap(), 0, "ended at 10: not before");
+        assert_eq!(store.prune(11).unwrap(), 1);
+        assert!(store.job(ended).unwrap().is_none());
+        assert!(store.events(ended, 0).unwrap().is_empty());
+        assert!(store.job(running).unwrap().is_some(), "a running job stays");
+    }
+
+    #[test]
     fn jobs_and_events_survive_reopening() {
         let path = temp_db("reopen");
         let id = {
@@ -360,6 +406,7 @@ mod tests {
             id
         };
         let store = Store::open(&path).unwrap();
+        assert_eq!(store.prune(3).unwrap(), 0, "it ended at 3: kept");
         let job = store.job(id).unwrap().unwrap();
         assert_eq!(job.state, JobState::Failed);
         assert_eq!(job.vmid, Some(101));
