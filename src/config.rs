@@ -393,12 +393,12 @@ impl Vars<'_> {
         };
 
         let data_dir: PathBuf = self.get("DATA_DIR").unwrap_or("./data").into();
-        // The simulated cluster keeps its fake images and its SSH key with
-        // its other data: running the demo must not touch /tmp or ~/.ssh.
-        let image_cache_dir = match (self.get("IMAGE_CACHE_DIR"), backend) {
-            (Some(dir), _) => dir.into(),
-            (None, BackendKind::Sim) => data_dir.join("images"),
-            (None, BackendKind::Cli) => "/tmp".into(),
+        // Images live with pvedeck's other data (a private directory), not
+        // in a world-writable /tmp where anyone may plant a file of the
+        // image's name.
+        let image_cache_dir = match self.get("IMAGE_CACHE_DIR") {
+            Some(dir) => dir.into(),
+            None => data_dir.join("images"),
         };
         let ssh_key_dir = match (self.get("SSH_KEY_DIR"), backend) {
             (Some(dir), _) => dir.into(),
@@ -699,9 +699,9 @@ mod tests {
     }
 
     #[test]
-    fn cli_keeps_go_pve_qemu_locations() {
+    fn cli_keeps_go_pve_qemu_key_location_and_images_under_data_dir() {
         let c = parse(&CLI).unwrap();
-        assert_eq!(c.image_cache_dir, PathBuf::from("/tmp"));
+        assert_eq!(c.image_cache_dir, PathBuf::from("./data/images"));
         assert_eq!(c.ssh_key_dir, PathBuf::from("/root/.ssh"));
         assert_eq!(c.ssh_poll_interval, Duration::from_millis(5000));
     }

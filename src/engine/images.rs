@@ -71,7 +71,7 @@ impl Images {
             path: self.cache_dir.clone(),
             source,
         };
-        std::fs::create_dir_all(&self.cache_dir).map_err(create)?;
+        private_dir(&self.cache_dir).map_err(create)?;
         let part = tempfile::Builder::new()
             .prefix(".part-")
             .tempfile_in(&self.cache_dir)
@@ -88,6 +88,16 @@ impl Images {
             .map(drop)
             .map_err(|e| ImageError::Rename(e.error))
     }
+}
+
+/// Creates the cache directory readable by its owner only (0700); one that
+/// exists keeps its mode (an admin's choice).
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Throttles download progress to an event every 5 % or 2 s.
@@ -185,6 +195,16 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_directory_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("data/images");
+        private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
     use std::path::Path;
 
     use app::os::find;
