@@ -297,107 +297,23 @@ impl Timed {
 mod tests {
     use super::*;
 
-    /// A backend whose every call never returns.
-    struct Stuck;
-
-    #[async_trait::async_trait]
-    impl Pve for Stuck {
-        async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
-            std::future::pending().await
-        }
-        async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
-            std::future::pending().await
-        }
-        async fn node_status(&self, _: &str) -> Result<NodeStatus, PveError> {
-            std::future::pending().await
-        }
-        async fn storage_status(&self, _: &str) -> Result<Vec<StorageStatus>, PveError> {
-            std::future::pending().await
-        }
-        async fn create(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn import_disk(
-            &self,
-            _: &str,
-            _: u32,
-            _: &Path,
-            _: &str,
-            _: LineSink<'_>,
-        ) -> Result<String, PveError> {
-            std::future::pending().await
-        }
-        async fn set(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn resize(&self, _: &str, _: u32, _: &str, _: &str) -> Result<String, PveError> {
-            std::future::pending().await
-        }
-        async fn config(&self, _: &str, _: u32) -> Result<BTreeMap<String, String>, PveError> {
-            std::future::pending().await
-        }
-        async fn status(&self, _: &str, _: u32) -> Result<String, PveError> {
-            std::future::pending().await
-        }
-        async fn power(&self, _: &str, _: u32, _: PowerAction) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn destroy(&self, _: &str, _: u32, _: bool) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn migrate(&self, _: &str, _: u32, _: &str, _: LineSink<'_>) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn clone_vm(
-            &self,
-            _: &str,
-            _: u32,
-            _: u32,
-            _: &str,
-            _: CloneMode,
-            _: LineSink<'_>,
-        ) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn template(&self, _: &str, _: u32) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn agent_ping(&self, _: &str, _: u32) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-        async fn agent_exec(
-            &self,
-            _: &str,
-            _: u32,
-            _: &[String],
-            _: u32,
-        ) -> Result<AgentExec, PveError> {
-            std::future::pending().await
-        }
-        async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {
-            std::future::pending().await
-        }
-        async fn guest_exec(
-            &self,
-            _: &GuestTarget,
-            _: &GuestCommand,
-            _: LineSink<'_>,
-        ) -> Result<(), PveError> {
-            std::future::pending().await
-        }
-    }
-
-    /// Counts the calls inside it; each waits for the gate.
+    /// A backend whose every call never returns — but `cluster_vms` when
+    /// `gated`: that one counts the calls inside it and returns when the
+    /// gate opens.
     #[derive(Default)]
-    struct Gated {
+    struct Stuck {
+        gated: bool,
         inside: AtomicU64,
         most: AtomicU64,
         gate: tokio::sync::Notify,
     }
 
     #[async_trait::async_trait]
-    impl Pve for Gated {
+    impl Pve for Stuck {
         async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+            if !self.gated {
+                return std::future::pending().await;
+            }
             let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             self.gate.notified().await;
@@ -474,7 +390,7 @@ mod tests {
             std::future::pending().await
         }
         async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {
-            false
+            std::future::pending().await
         }
         async fn guest_exec(
             &self,
@@ -488,7 +404,10 @@ mod tests {
 
     #[tokio::test]
     async fn at_most_max_pve_commands_run_at_once() {
-        let pve = Arc::new(Gated::default());
+        let pve = Arc::new(Stuck {
+            gated: true,
+            ..Stuck::default()
+        });
         let long = Duration::from_secs(60);
         let timed = Arc::new(Timed::bounded(pve.clone(), (long, long), 2));
         let calls: Vec<_> = (0..5)
@@ -517,7 +436,7 @@ mod tests {
     #[tokio::test]
     async fn every_call_ends_at_its_class_timeout() {
         let timed = Timed::new(
-            Arc::new(Stuck),
+            Arc::new(Stuck::default()),
             Duration::from_millis(20),
             Duration::from_millis(40),
         );
