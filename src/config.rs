@@ -469,6 +469,12 @@ impl Vars<'_> {
             keep_days: self
                 .u32_in("JOBS_KEEP_DAYS", 1, 36_500)?
                 .unwrap_or(defaults.keep_days),
+            max_followers_per_job: self
+                .int_in("MAX_FOLLOWERS_PER_JOB", 1, 1_000_000)?
+                .map_or(defaults.max_followers_per_job, |n| n as usize),
+            max_followers: self
+                .int_in("MAX_FOLLOWERS", 1, 10_000_000)?
+                .map_or(defaults.max_followers, |n| n as usize),
         };
         let max_pve_commands = self.int_in("MAX_PVE_COMMANDS", 1, 4096)?.unwrap_or(64) as usize;
         let session_ttl = Duration::from_secs(

@@ -154,3 +154,28 @@ async fn command_output_kept_per_job_is_bounded() {
     let stored = common::json(&format!("{}/api/jobs/{job}", s.url)).await;
     assert_eq!(stored["state"], "succeeded");
 }
+
+#[tokio::test]
+async fn followers_of_a_job_are_limited() {
+    let s = common::server(&[("MAX_FOLLOWERS_PER_JOB", "1")]).await;
+    // A `qm importdisk` that never ends keeps the job, and its stream, open.
+    common::fault(&s, r#"{"op":"importdisk","action":"hang"}"#).await;
+    let res = reqwest::Client::new()
+        .post(format!("{}/api/vm/install", s.url))
+        .header("content-type", "application/json")
+        .body(DEBIAN)
+        .send()
+        .await
+        .unwrap();
+    let job: u64 = res.headers()["x-job-id"].to_str().unwrap().parse().unwrap();
+    let (status, body) = common::get(&format!("{}/api/jobs/{job}/events", s.url)).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            503,
+            format!("job {job} has 1 followers already (MAX_FOLLOWERS_PER_JOB): try again later")
+                .as_str()
+        )
+    );
+    drop(res);
+}

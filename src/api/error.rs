@@ -69,6 +69,17 @@ impl From<PveError> for ApiError {
     }
 }
 
+impl From<crate::jobs::FollowError> for ApiError {
+    fn from(e: crate::jobs::FollowError) -> ApiError {
+        match e {
+            crate::jobs::FollowError::Store(e) => e.into(),
+            crate::jobs::FollowError::Busy(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why)
+            }
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         EngineError::from(e).into()

@@ -36,6 +36,30 @@ pub struct Jobs {
     store: Store,
     live: Mutex<HashMap<u64, broadcast::Sender<Live>>>,
     limits: JobLimits,
+    /// Open followers per job.
+    followers: Mutex<HashMap<u64, usize>>,
+}
+
+/// One follower, counted while its task runs.
+struct Following {
+    jobs: Arc<Jobs>,
+    id: u64,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut followers = self
+            .jobs
+            .followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = followers.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                followers.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// What one job may keep, and how long jobs are kept.
@@ -46,6 +70,19 @@ pub struct JobLimits {
     pub max_relayed: u64,
     /// `JOBS_KEEP_DAYS`: ended jobs older than this go at start-up.
     pub keep_days: u32,
+    /// `MAX_FOLLOWERS_PER_JOB`, `MAX_FOLLOWERS`: streams open at once.
+    pub max_followers_per_job: usize,
+    pub max_followers: usize,
+}
+
+/// Why a job cannot be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Too many streams already (503).
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl Default for JobLimits {
@@ -53,6 +90,8 @@ impl Default for JobLimits {
         JobLimits {
             max_relayed: 5000,
             keep_days: 90,
+            max_followers_per_job: 2000,
+            max_followers: 10_000,
         }
     }
 }
@@ -103,6 +142,7 @@ impl Jobs {
             store,
             live: Mutex::new(HashMap::new()),
             limits,
+            followers: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -165,22 +205,47 @@ impl Jobs {
         self.store.events(id, after)
     }
 
+    /// Counts a new follower of job `id`, within the limits.
+    fn count_follower(self: &Arc<Self>, id: u64) -> Result<Following, FollowError> {
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        let total: usize = followers.values().sum();
+        let of_job = followers.get(&id).copied().unwrap_or(0);
+        let limits = self.limits;
+        if of_job >= limits.max_followers_per_job {
+            return Err(FollowError::Busy(format!(
+                "job {id} has {of_job} followers already (MAX_FOLLOWERS_PER_JOB): try again later"
+            )));
+        }
+        if total >= limits.max_followers {
+            return Err(FollowError::Busy(format!(
+                "{total} job streams are open (MAX_FOLLOWERS): try again later"
+            )));
+        }
+        *followers.entry(id).or_insert(0) += 1;
+        Ok(Following {
+            jobs: self.clone(),
+            id,
+        })
+    }
+
     /// Follows a job from after event `after`: the stored events first, then
     /// the live ones, then `Closed`. `None` when there is no such job.
     pub fn follow(
         self: &Arc<Self>,
         id: u64,
         after: u64,
-    ) -> Result<Option<mpsc::Receiver<Update>>, StoreError> {
+    ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
         if self.store.job(id)?.is_none() {
             return Ok(None);
         }
+        let following = self.count_follower(id)?;
         // Subscribe before reading the stored events so that nothing falls
         // between the two; duplicates are dropped by sequence number.
         let live = self.live().get(&id).map(broadcast::Sender::subscribe);
         let (tx, rx) = mpsc::channel(64);
         let jobs = self.clone();
         tokio::spawn(async move {
+            let _following = following;
             let mut last = after;
             let catch_up = |last: &mut u64| -> Vec<Update> {
                 let events = jobs.store.events(id, *last).unwrap_or_default();
