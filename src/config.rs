@@ -80,6 +80,8 @@ pub struct Config {
     pub api_tokens: Vec<Secret>,
     /// `JOB_MAX_EVENTS`, `JOBS_KEEP_DAYS`.
     pub job_limits: crate::jobs::JobLimits,
+    /// `IMAGE_MAX_BYTES`: the largest cloud image pvedeck downloads.
+    pub image_max_bytes: u64,
     /// `MAX_PVE_COMMANDS`: Proxmox commands running at once, at most.
     pub max_pve_commands: usize,
     /// `SESSION_TTL` (seconds): how long a UI login lasts.
@@ -476,6 +478,9 @@ impl Vars<'_> {
                 .int_in("MAX_FOLLOWERS", 1, 10_000_000)?
                 .map_or(defaults.max_followers, |n| n as usize),
         };
+        let image_max_bytes = self
+            .int_in("IMAGE_MAX_BYTES", 1, u64::MAX)?
+            .unwrap_or(16 << 30);
         let max_pve_commands = self.int_in("MAX_PVE_COMMANDS", 1, 4096)?.unwrap_or(64) as usize;
         let session_ttl = Duration::from_secs(
             self.int_in("SESSION_TTL", 60, 31_536_000)?
@@ -544,6 +549,7 @@ impl Vars<'_> {
             sites,
             session_ttl,
             job_limits,
+            image_max_bytes,
             max_pve_commands,
             manage,
             ssh_port,

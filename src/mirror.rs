@@ -47,6 +47,8 @@ pub enum ImageError {
     },
     #[error("cannot move the image into place: {0}")]
     Rename(std::io::Error),
+    #[error("the image is larger than IMAGE_MAX_BYTES ({max} bytes)")]
+    TooLarge { max: u64 },
     #[error("cannot set up the HTTP client: {0}")]
     Client(String),
 }

@@ -81,6 +81,22 @@ async fn a_storage_that_does_not_allow_disk_images_is_refused_before_anything_is
 }
 
 #[tokio::test]
+async fn an_image_larger_than_image_max_bytes_is_given_up_and_not_kept() {
+    let server = common::server(&[("IMAGE_MAX_BYTES", "1000")]).await;
+    let out = run(&server.url, DEBIAN).await;
+    out.assert_failed_at(
+        "OS preparation > downloading OS image",
+        "[-] failed to download OS image: the image is larger than IMAGE_MAX_BYTES (1000 bytes)",
+    );
+    assert_eq!(out.job["outcome"], "none");
+    assert!(!created_a_vm(&common::commands(&server).await));
+    let cached: Vec<_> = std::fs::read_dir(server.data_dir.join("images"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(cached.is_empty(), "nothing left in the cache: {cached:?}");
+}
+
+#[tokio::test]
 async fn image_failure_leaves_no_vm() {
     let images = common::image_server().await;
     let missing = format!("{images}/nothing-here");

@@ -27,16 +27,25 @@ pub struct Images {
     mirror: Arc<dyn Mirror>,
     cache_dir: PathBuf,
     bases: BTreeMap<Os, String>,
+    /// `IMAGE_MAX_BYTES`: a download past this is given up (a mirror that
+    /// streams for ever cannot fill the disk).
+    max_bytes: u64,
     /// One download per file at a time; the others wait and then use it.
     downloading: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Images {
-    pub fn new(mirror: Arc<dyn Mirror>, cache_dir: PathBuf, bases: BTreeMap<Os, String>) -> Images {
+    pub fn bounded(
+        mirror: Arc<dyn Mirror>,
+        cache_dir: PathBuf,
+        bases: BTreeMap<Os, String>,
+        max_bytes: u64,
+    ) -> Images {
         Images {
             mirror,
             cache_dir,
             bases,
+            max_bytes,
             downloading: Mutex::new(HashMap::new()),
         }
     }
@@ -80,9 +89,32 @@ impl Images {
             .reopen()
             .map(tokio::fs::File::from_std)
             .map_err(create)?;
-        self.mirror
-            .fetch(&plan.url, &mut file, part.path(), progress)
-            .await?;
+        // Past the cap (announced or received), the download is dropped,
+        // which ends it; the partial file goes with `part`.
+        let max = self.max_bytes;
+        let over = tokio::sync::Notify::new();
+        let exceeded = std::sync::atomic::AtomicBool::new(false);
+        let watch = |done: u64, total: Option<u64>| {
+            if done > max || total.is_some_and(|t| t > max) {
+                exceeded.store(true, std::sync::atomic::Ordering::SeqCst);
+                over.notify_one();
+            }
+            progress(done, total);
+        };
+        let fetched = tokio::select! {
+            biased;
+            () = over.notified() => None,
+            fetched = self.mirror.fetch(&plan.url, &mut file, part.path(), &watch) => Some(fetched),
+        };
+        // A fetch that ended in the same turn as the cap was passed counts
+        // as too large as well.
+        match fetched {
+            _ if exceeded.load(std::sync::atomic::Ordering::SeqCst) => {
+                return Err(ImageError::TooLarge { max });
+            }
+            None => return Err(ImageError::TooLarge { max }),
+            Some(fetched) => fetched?,
+        }
         drop(file);
         part.persist(&plan.path)
             .map(drop)
@@ -263,20 +295,22 @@ mod tests {
     async fn a_download_is_renamed_when_complete_and_leaves_nothing_when_not() {
         let release = find(Os::Debian, "12").unwrap();
         let dir = cache("partial");
-        let failing = Images::new(
+        let failing = Images::bounded(
             Arc::new(Halfway { fail: true }),
             dir.clone(),
             BTreeMap::new(),
+            u64::MAX,
         );
         let plan = failing.plan(&release);
         let e = failing.download(&plan, &|_, _| {}).await.unwrap_err();
         assert_eq!(e.to_string(), "no data for 60s");
         assert_eq!(files(&dir), Vec::<String>::new(), "no partial file stays");
 
-        let working = Images::new(
+        let working = Images::bounded(
             Arc::new(Halfway { fail: false }),
             dir.clone(),
             BTreeMap::new(),
+            u64::MAX,
         );
         working.download(&plan, &|_, _| {}).await.unwrap();
         assert_eq!(files(&dir), ["debian-12-generic-amd64.qcow2"]);

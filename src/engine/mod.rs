@@ -104,10 +104,11 @@ impl Engine {
                 config.snapshot_idle,
             ),
             proxmox,
-            images: Images::new(
+            images: Images::bounded(
                 parts.mirror,
                 config.image_cache_dir.clone(),
                 config.image_base.clone(),
+                config.image_max_bytes,
             ),
             allocator: Arc::new(Allocator::new(&config)),
             config,
