@@ -42,6 +42,26 @@ impl Engine {
             .ok_or(DiskError::NoSize)
     }
 
+    /// Whether scsi0 now has `bytes`, read back: `qm resize` and `qm disk
+    /// resize` exit 0 when their task failed (SPEC §8). `printed` is what
+    /// the command said besides, the reason when the size disagrees.
+    pub(super) async fn resized_to(
+        &self,
+        node: &str,
+        vmid: u32,
+        bytes: u64,
+        size: &str,
+        printed: String,
+    ) -> Result<(), DiskError> {
+        if self.disk_size(node, vmid).await? == bytes {
+            return Ok(());
+        }
+        Err(DiskError::NotResized {
+            size: size.to_string(),
+            printed,
+        })
+    }
+
     /// `qm resize <vmid> scsi0 <gb>G`, three tries five seconds apart, each
     /// confirmed by reading the size back.
     pub(super) async fn resize_to(
@@ -55,12 +75,8 @@ impl Engine {
         let mut attempt = 1;
         loop {
             let result = match self.proxmox.resize(node, vmid, "scsi0", &size).await {
-                Ok(printed) => match self.disk_size(node, vmid).await {
-                    Ok(bytes) if bytes == gb << 30 => return Ok(()),
-                    Ok(_) => DiskError::NotResized {
-                        size: size.clone(),
-                        printed,
-                    },
+                Ok(printed) => match self.resized_to(node, vmid, gb << 30, &size, printed).await {
+                    Ok(()) => return Ok(()),
                     Err(e) => e,
                 },
                 Err(e) => DiskError::Pve(e),

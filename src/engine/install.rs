@@ -684,20 +684,15 @@ impl Engine {
             )
         })?;
         // The clear text never leaves pvedeck: the script gets its hash.
-        let hash = match root_password
+        let hash = root_password
             .as_ref()
             .map(|p| crate::secret::hash_password(p.expose()))
-        {
-            None => None,
-            Some(Ok(hash)) => Some(hash),
-            Some(Err(e)) => {
-                return Err(failed(
-                    step,
-                    "failed to perform SSH initialization",
-                    Cleanup::Destroy,
-                )(e));
-            }
-        };
+            .transpose()
+            .map_err(failed(
+                step,
+                "failed to perform SSH initialization",
+                Cleanup::Destroy,
+            ))?;
         let command = GuestCommand::InitScript {
             body: crate::scripts::with_root_hash(&body, hash.as_deref()),
             name,

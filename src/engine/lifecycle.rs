@@ -170,39 +170,39 @@ impl Engine {
     /// `VM_MAX_DISK`.
     pub async fn grow_disk(&self, vmid: u32, growth: Growth) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
-        let size_now = || async {
-            self.disk_size(&vm.node, vmid).await.map_err(|e| match e {
-                DiskError::Pve(e) => refusal(vmid, e),
-                other => EngineError::Pve(PveError::Parse {
-                    command: "qm config".into(),
-                    detail: other.to_string(),
-                }),
-            })
+        let size = format!("+{}G", growth.gib());
+        let disk_error = |e: DiskError| match e {
+            DiskError::Pve(e) => refusal(vmid, e),
+            DiskError::NotResized { printed, .. } if !printed.trim().is_empty() => {
+                EngineError::Pve(PveError::command(
+                    format!("qm disk resize {vmid} scsi0 {size}"),
+                    one_line(&printed),
+                    0,
+                ))
+            }
+            DiskError::NoSize => EngineError::Pve(PveError::Parse {
+                command: "qm config".into(),
+                detail: DiskError::NoSize.to_string(),
+            }),
+            other => EngineError::Pve(PveError::command(
+                format!("qm disk resize {vmid} scsi0 {size}"),
+                other.to_string(),
+                0,
+            )),
         };
-        let before = size_now().await?;
+        let before = self.disk_size(&vm.node, vmid).await.map_err(disk_error)?;
         self.config
             .limits
             .check_growth(before / (1 << 30), growth.gib())?;
-        let size = format!("+{}G", growth.gib());
         let printed = self
             .proxmox
             .resize(&vm.node, vmid, "scsi0", &size)
             .await
             .map_err(|e| refusal(vmid, e))?;
-        // `qm disk resize` exits 0 when its task failed: the size tells.
-        let after = size_now().await?;
-        if after == before + (growth.gib() << 30) {
-            return Ok(());
-        }
-        let why = match one_line(&printed) {
-            p if p.is_empty() => format!("scsi0 is {} bytes, not {before} + {size}", after),
-            p => p,
-        };
-        Err(EngineError::Pve(PveError::command(
-            format!("qm disk resize {vmid} scsi0 {size}"),
-            why,
-            0,
-        )))
+        let after = before + (growth.gib() << 30);
+        self.resized_to(&vm.node, vmid, after, &size, printed)
+            .await
+            .map_err(disk_error)
     }
 
     /// `POST /api/vm/:id/start`: a job streaming `starting VM` → `waiting
