@@ -46,17 +46,10 @@ impl Backend for UiBackend {
 
     fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError> {
         let id = self.0.login(caller.ip, token).map_err(ui)?;
-        let secure = self
-            .0
-            .config()
-            .sites
-            .public
-            .as_deref()
-            .is_some_and(|url| url.starts_with("https://"));
         Ok(SessionCookie {
             id,
             max_age_secs: self.0.session_ttl().as_secs(),
-            secure,
+            secure: self.0.secure_cookies(),
         })
     }
 

@@ -17,18 +17,28 @@ async fn job_events(url: &str, job: u64, last_event_id: Option<u64>) -> Vec<Sse>
     common::read_events(res, None).await
 }
 
-#[tokio::test]
-async fn a_client_that_disconnects_mid_install_does_not_stop_it_and_can_replay_it() {
-    // Slow enough that the client leaves while the job runs.
-    let s = common::server(&[("SIM_SPEED", "100")]).await;
+/// Starts an install and keeps its stream open: the job id and the stream.
+async fn open_install(url: &str) -> (u64, reqwest::Response) {
     let res = reqwest::Client::new()
-        .post(format!("{}/api/vm/install", s.url))
+        .post(format!("{url}/api/vm/install"))
         .header("content-type", "application/json")
         .body(DEBIAN)
         .send()
         .await
-        .unwrap();
-    let job: u64 = res.headers()["x-job-id"].to_str().unwrap().parse().unwrap();
+        .expect("request");
+    let job = res.headers()["x-job-id"]
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("x-job-id");
+    (job, res)
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_install_does_not_stop_it_and_can_replay_it() {
+    // Slow enough that the client leaves while the job runs.
+    let s = common::server(&[("SIM_SPEED", "100")]).await;
+    let (job, res) = open_install(&s.url).await;
     let seen = common::read_events(res, Some(5)).await;
     assert_eq!(seen.len(), 5);
     // The response is dropped here: the client is gone.
@@ -160,14 +170,7 @@ async fn followers_of_a_job_are_limited() {
     let s = common::server(&[("MAX_FOLLOWERS_PER_JOB", "1")]).await;
     // A `qm importdisk` that never ends keeps the job, and its stream, open.
     common::fault(&s, r#"{"op":"importdisk","action":"hang"}"#).await;
-    let res = reqwest::Client::new()
-        .post(format!("{}/api/vm/install", s.url))
-        .header("content-type", "application/json")
-        .body(DEBIAN)
-        .send()
-        .await
-        .unwrap();
-    let job: u64 = res.headers()["x-job-id"].to_str().unwrap().parse().unwrap();
+    let (job, res) = open_install(&s.url).await;
     let (status, body) = common::get(&format!("{}/api/jobs/{job}/events", s.url)).await;
     assert_eq!(
         (status, body.as_str()),

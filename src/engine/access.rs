@@ -110,6 +110,16 @@ impl Engine {
         self.sessions.close(session);
     }
 
+    /// Whether session cookies are `Secure`: the UI is served over https
+    /// (`PUBLIC_URL`).
+    pub fn secure_cookies(&self) -> bool {
+        self.config
+            .sites
+            .public
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https://"))
+    }
+
     /// How long a UI session lasts.
     pub fn session_ttl(&self) -> std::time::Duration {
         self.sessions.ttl()
