@@ -86,6 +86,9 @@ pub struct Config {
     pub max_pve_commands: usize,
     /// `SESSION_TTL` (seconds): how long a UI login lasts.
     pub session_ttl: Duration,
+    /// `SHUTDOWN_GRACE_SECS`: how long running jobs may go on after a
+    /// SIGTERM before they are interrupted (with their cleanup).
+    pub shutdown_grace: Duration,
     /// `MANAGE`: which VMs pvedeck acts on.
     pub manage: Manage,
     /// `PUBLIC_URL`, `ALLOWED_HOSTS`, `ALLOWED_ORIGINS`: where a
@@ -486,6 +489,8 @@ impl Vars<'_> {
             self.int_in("SESSION_TTL", 60, 31_536_000)?
                 .unwrap_or(43_200),
         );
+        let shutdown_grace =
+            Duration::from_secs(self.int_in("SHUTDOWN_GRACE_SECS", 0, 86_400)?.unwrap_or(60));
         let manage = self
             .parse_with(
                 "MANAGE",
@@ -548,6 +553,7 @@ impl Vars<'_> {
             api_tokens,
             sites,
             session_ttl,
+            shutdown_grace,
             job_limits,
             image_max_bytes,
             max_pve_commands,

@@ -44,6 +44,8 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error(transparent)]
     Http(#[from] ImageError),
     #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
     NoSuchSimNode(String, String),
@@ -67,6 +69,12 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
 
 /// Builds the whole application for a configuration.
 pub fn build(config: Config) -> Result<Router, StartError> {
+    assemble(config).map(|(router, _)| router)
+}
+
+/// The application and its engine (which the SIGTERM sequence stops). The
+/// jobs a killed predecessor left running are reconciled from here on.
+fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     let config = Arc::new(config);
     let web = Http::new()?;
     // The simulated cluster brings its own clock and internet; a real one
@@ -103,6 +111,10 @@ pub fn build(config: Config) -> Result<Router, StartError> {
             jobs,
         },
     ));
+    let orphans = engine.reconcile()?;
+    if orphans > 0 {
+        tracing::warn!(orphans, "reconciling jobs a previous process left running");
+    }
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)
@@ -116,7 +128,7 @@ pub fn build(config: Config) -> Result<Router, StartError> {
         sim,
     };
 
-    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(engine)));
+    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(engine.clone())));
     let context = move || provide_context(backend.clone());
     let routes = generate_route_list(App);
 
@@ -136,7 +148,7 @@ pub fn build(config: Config) -> Result<Router, StartError> {
         ))
         .layer(axum::middleware::from_fn(api::middleware::log_request))
         .with_state(state);
-    Ok(router)
+    Ok((router, engine))
 }
 
 /// The address to print for people: a wildcard bind is reachable on loopback.
@@ -194,21 +206,45 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         eprintln!("WARNING: {risk}");
         tracing::warn!("{risk}");
     }
-    let router = build(config)?;
+    let (router, engine) = assemble(config)?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(
         "pvedeck listening on {} (backend: {backend})",
         url_for(addr)
     );
     tracing::info!(%addr, %backend, "listening");
-    axum::serve(
+    // The server keeps answering through the grace (new jobs get 503,
+    // streams go on); it stops accepting once the engine has stopped.
+    let stopped = Arc::new(tokio::sync::Notify::new());
+    let stop = {
+        let stopped = stopped.clone();
+        async move {
+            shutdown_signal().await;
+            engine.shut_down().await;
+            stopped.notify_one();
+        }
+    };
+    let server = axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .map_err(StartError::Serve)
+    .with_graceful_shutdown(stop);
+    // Every job stream has had its last event by now; a connection that
+    // stays open (a page's cluster view) does not hold the exit.
+    let linger = async {
+        stopped.notified().await;
+        tokio::time::sleep(CONNECTIONS_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(StartError::Serve)?,
+        () = linger => tracing::info!("connections still open at exit: closed"),
+    }
+    println!("pvedeck stopped");
+    Ok(())
 }
+
+/// How long open connections may finish after the jobs have.
+const CONNECTIONS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn shutdown_signal() {
     let ctrl_c = async {

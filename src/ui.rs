@@ -95,11 +95,11 @@ impl Backend for UiBackend {
     }
 
     async fn jobs(&self) -> Result<Vec<Job>, UiError> {
-        self.0.job_list(200).map_err(ui)
+        self.0.job_list(200).await.map_err(ui)
     }
 
     async fn job(&self, id: u64) -> Result<JobDetail, UiError> {
-        self.0.job_detail(id).map_err(ui)
+        self.0.job_detail(id).await.map_err(ui)
     }
 
     async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError> {

@@ -42,6 +42,7 @@ pub fn status_of(e: &EngineError) -> (StatusCode, String) {
         EngineError::Forbidden(_) => StatusCode::FORBIDDEN,
         EngineError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         EngineError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+        EngineError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
         EngineError::Pve(_) | EngineError::Store(_) | EngineError::Internal(_) => {
             StatusCode::INTERNAL_SERVER_ERROR

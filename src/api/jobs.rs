@@ -38,7 +38,7 @@ pub async fn list(
             .filter(|n| (1..=10_000).contains(n))
             .ok_or_else(|| ApiError::bad("limit must be a number from 1 to 10000"))?,
     };
-    Ok(Json(state.engine.job_list(limit)?))
+    Ok(Json(state.engine.job_list(limit).await?))
 }
 
 /// `GET /api/jobs/:id`: the job and all its events.
@@ -53,7 +53,7 @@ pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDetail>, ApiError> {
-    Ok(Json(state.engine.job_detail(job_id(&id)?)?))
+    Ok(Json(state.engine.job_detail(job_id(&id)?).await?))
 }
 
 /// `GET /api/jobs/:id/events`: replay, then follow; `Last-Event-ID` (or
@@ -88,5 +88,5 @@ pub async fn events(
         })
         .transpose()?
         .unwrap_or(0);
-    sse::job_events(state.engine.jobs(), id, after)
+    sse::job_events(state.engine.jobs(), id, after).await
 }

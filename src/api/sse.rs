@@ -23,9 +23,10 @@ fn to_event(update: Update) -> Event {
 }
 
 /// Replays job `id` after event `after`, then follows it live.
-pub fn job_events(jobs: &Arc<Jobs>, id: u64, after: u64) -> Result<Response, ApiError> {
+pub async fn job_events(jobs: &Arc<Jobs>, id: u64, after: u64) -> Result<Response, ApiError> {
     let rx = jobs
-        .follow(id, after)?
+        .follow(id, after)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
     // The follower task drops its sender after `Closed`, which ends the stream.
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {

@@ -39,7 +39,7 @@ pub async fn build(
     Checked(release): Checked<TemplateBody>,
 ) -> Result<Response, ApiError> {
     let job = state.engine.build_template(release).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 /// Builds the template's release anew, streamed like a build; the old
@@ -55,7 +55,7 @@ pub async fn build(
 )]
 pub async fn rebuild(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
     let job = state.engine.rebuild_template(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 /// `qm destroy --purge` of a template pvedeck built; 409 while it is being

@@ -91,7 +91,7 @@ pub async fn install(
     Checked(request): Checked<InstallBody>,
 ) -> Result<Response, ApiError> {
     let job = state.engine.install(request).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 /// `running` or `stopped`, from `qm status`.
@@ -119,7 +119,7 @@ pub async fn status(State(state): State<AppState>, VmId(id): VmId) -> Result<Str
 )]
 pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
     let job = state.engine.start(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 /// `qm reboot`, streamed until SSH answers again (the VM must be running).
@@ -132,7 +132,7 @@ pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Resp
 )]
 pub async fn reboot(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
     let job = state.engine.reboot(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 /// `qm stop`: a hard stop (the VM must be running).
@@ -249,7 +249,7 @@ pub async fn set_node(
     Checked(node): Checked<SetNode>,
 ) -> Result<Response, ApiError> {
     let job = state.engine.migrate(id, node).await?;
-    sse::job_events(state.engine.jobs(), job, 0)
+    sse::job_events(state.engine.jobs(), job, 0).await
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use app::types::JobState;
 use super::allocator::Reservation;
 use super::install::{Cleanup, Failure, Summary, failed, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
+use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
 use crate::jobs::{JobHandle, Update};
 use crate::pve::{CloneMode, PowerAction, QmOptions, qm_options};
@@ -83,6 +84,8 @@ impl Engine {
             ));
             CloneMode::Full
         };
+        // A clone cut short in the middle is half-made.
+        job.stake(stake(vmid, &node, Cleanup::Destroy));
         let relay = |line: &str| step.relay(line);
         self.proxmox
             .clone_vm(&node, template.vmid, vmid, &p.name, mode, &relay)
@@ -153,6 +156,7 @@ impl Engine {
             node = target.to_string();
         }
 
+        job.stake(stake(vmid, &node, Cleanup::Keep));
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
         step.processing("[*] starting VM");
         self.proxmox
@@ -292,7 +296,7 @@ impl Engine {
         step.processing(format!(
             "[*] no template {name} yet: building it (job {build})"
         ));
-        let follow = self.jobs.follow(build, 0).map_err(failed(
+        let follow = self.jobs.follow(build, 0).await.map_err(failed(
             &step,
             "failed to follow the template build",
             Cleanup::Nothing,
@@ -310,6 +314,7 @@ impl Engine {
         let built = self
             .jobs
             .job(build)
+            .await
             .ok()
             .flatten()
             .is_some_and(|j| j.state == JobState::Succeeded);

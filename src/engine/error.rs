@@ -26,6 +26,9 @@ pub enum EngineError {
     /// pvedeck itself failed (no randomness for a session id): 500.
     #[error("{0}")]
     Internal(String),
+    /// pvedeck is stopping and starts no new job: 503.
+    #[error("{0}")]
+    Unavailable(String),
     /// Too many failed logins from the client's address: 429.
     #[error("{0}")]
     TooMany(String),

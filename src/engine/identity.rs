@@ -140,7 +140,7 @@ impl Engine {
         vmid: u32,
         identity: &Identity,
     ) -> Result<(), String> {
-        let known = self.jobs.identities().map_err(|e| e.to_string())?;
+        let known = self.jobs.identities().await.map_err(|e| e.to_string())?;
         let sharing: Vec<(u32, &'static str)> = known
             .iter()
             .filter(|(other, ..)| *other != vmid)

@@ -18,6 +18,7 @@ use super::allocator::{LateProbe, Reservation};
 use super::readiness::Boot;
 use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
+use super::stopping::stake;
 use super::{Engine, EngineError, memory, scope, storage};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
@@ -162,6 +163,7 @@ impl Engine {
     /// Checks what can be checked before a job exists, starts the install
     /// job and returns its id. A refused request has run no `qm`.
     pub async fn install(self: &Arc<Self>, request: InstallRequest) -> Result<u64, EngineError> {
+        self.refuse_when_stopping()?;
         let asked = request
             .id
             .map(|id| self.allocator.check_asked(id))
@@ -187,18 +189,18 @@ impl Engine {
             "install {} {}{named}",
             request.release.os, request.release.version
         );
-        let job = self.jobs.start(JobKind::Install, asked, &title)?;
+        let job = self.start_job(JobKind::Install, asked, &title)?;
         let id = job.id();
         let engine = self.clone();
-        tokio::spawn(async move {
-            engine.run_install(job, request, reservation).await;
+        self.spawn_job(job, move |job| async move {
+            engine.run_install(&job, request, reservation).await;
         });
         Ok(id)
     }
 
     async fn run_install(
         self: Arc<Self>,
-        job: JobHandle,
+        job: &JobHandle,
         request: InstallRequest,
         reservation: Option<Reservation>,
     ) {
@@ -208,12 +210,12 @@ impl Engine {
         let mut held = reservation;
         let method = request.method.unwrap_or(self.config.install_method);
         let result = match method {
-            InstallMethod::Import => self.install_steps(&job, &request, &mut held, started).await,
-            InstallMethod::Clone => self.clone_steps(&job, &request, &mut held, started).await,
+            InstallMethod::Import => self.install_steps(job, &request, &mut held, started).await,
+            InstallMethod::Clone => self.clone_steps(job, &request, &mut held, started).await,
         };
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
-            Err((failure, vm)) => self.fail_job(&job, failure, vm).await,
+            Err((failure, vm)) => self.fail_job(job, failure, vm).await,
         }
         drop(held);
     }
@@ -263,7 +265,12 @@ impl Engine {
     }
 
     /// The cleanup of §3.5: force stop, then `qm destroy --purge --skiplock`.
-    async fn destroy_half_made(&self, job: &JobHandle, vmid: u32, node: &str) -> VmOutcome {
+    pub(super) async fn destroy_half_made(
+        &self,
+        job: &JobHandle,
+        vmid: u32,
+        node: &str,
+    ) -> VmOutcome {
         let step = Step::new(job, Some("cleanup"), "destroying VM");
         step.processing(format!("[*] stopping and destroying VM {vmid}"));
         if let Ok(ip) = self.allocator.address(vmid) {
@@ -300,7 +307,9 @@ impl Engine {
         let mut plan = self.prepare(job, req, held).await.map_err(|f| (f, None))?;
         job.set_vmid(plan.vmid);
 
-        // A failed `qm create` leaves no VM; after it, a failure knows the VM.
+        // A failed `qm create` leaves no VM; after it, a failure knows the
+        // VM. One cut short in the middle may have made it: half-made.
+        job.stake(stake(plan.vmid, &plan.node, Cleanup::Destroy));
         self.create(job, req.release.os, &plan)
             .await
             .map_err(|f| (f, None))?;
@@ -641,12 +650,14 @@ impl Engine {
             known_hosts: Some(self.known_hosts()),
         };
 
+        job.stake(stake(vmid, &plan.node, Cleanup::Keep));
         let step = Step::new(job, Some("VM initialization"), "waiting for ready");
         step.processing("[*] starting VM");
         let machine_id = self
             .power_until_ready(&step, &plan.node, vmid, &target, Boot::Start)
             .await?;
 
+        job.stake(stake(vmid, &plan.node, Cleanup::Destroy));
         let step = Step::new(job, Some("VM initialization"), "SSH initialization");
         step.processing("[*] SSH initialization");
         // The root password goes only to a VM whose identity is its own.
@@ -659,6 +670,7 @@ impl Engine {
             .await?;
         step.success("[+] SSH initialization completed");
 
+        job.stake(stake(vmid, &plan.node, Cleanup::Keep));
         let step = Step::new(job, Some("VM initialization"), "rebooting VM");
         step.processing("[*] rebooting VM");
         self.power_until_ready(&step, &plan.node, vmid, &target, Boot::Reboot)
@@ -750,6 +762,7 @@ impl Engine {
         vmid: u32,
         target: &str,
     ) -> Result<(), Failure> {
+        job.stake(stake(vmid, node, Cleanup::Keep));
         let step = Step::new(job, Some("VM initialization"), "migrating VM");
         step.processing(format!("[*] migrate VM to node {target}"));
         let relay = |line: &str| step.relay(line);

@@ -9,8 +9,10 @@ use app::request::{Cores, Growth, MemoryMb, NodeName};
 use app::types::{JobKind, JobState, VmOutcome};
 
 use super::disk::DiskError;
+use super::install::Cleanup;
 use super::readiness::Boot;
 use super::report::{Step, one_line};
+use super::stopping::stake;
 use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestTarget, PowerAction, PveError, QmOptions};
@@ -236,39 +238,42 @@ impl Engine {
                 .map_or_else(|| self.config.ssh_key_dir.join("id_ed25519"), |k| k.private),
             known_hosts: Some(self.known_hosts()),
         };
-        let job = self.jobs.start(
+        let job = self.start_job(
             kind,
             Some(vm.vmid),
             &format!("{} VM {}", kind.as_str(), vm.vmid),
         )?;
+        // Cut short, a power job leaves the VM as it is (SPEC §3.5).
+        job.stake(stake(vm.vmid, &vm.node, Cleanup::Keep));
         let id = job.id();
         let engine = self.clone();
-        tokio::spawn(async move {
-            let step = Step::new(&job, None, power.step);
+        self.spawn_job(job, move |job| async move {
+            let job = &*job;
+            let step = Step::new(job, None, power.step);
             step.processing(format!("[*] {}", power.step));
             let result = engine.proxmox.power(&vm.node, vm.vmid, power.action).await;
             if let Err(e) = result {
                 let verb = power.verb;
                 return fail_job(
-                    &job,
+                    job,
                     &step,
                     format!("[-] failed to {verb} VM: {}", one_line(&e.to_string())),
                 );
             }
             step.success(&format!("[+] VM {}", power.doing));
 
-            let step = Step::new(&job, None, "waiting for SSH");
+            let step = Step::new(job, None, "waiting for SSH");
             step.processing(format!("[*] waiting for SSH as {}@{ip}", target.user));
             if let Err(e) = engine.wait_for_ssh(&step, &target, power.boot).await {
                 return fail_job(
-                    &job,
+                    job,
                     &step,
                     format!("[-] failed to connect to VM via SSH: {e}"),
                 );
             }
             step.success("[+] VM is ready");
 
-            let step = Step::new(&job, None, "finalizing");
+            let step = Step::new(job, None, "finalizing");
             step.done(
                 format!("[+] VM {} successfully", power.done),
                 vm.vmid,
@@ -334,15 +339,17 @@ impl Engine {
             )));
         }
         let ip = self.allocator.address(vmid)?;
-        let job = self.jobs.start(
+        let job = self.start_job(
             JobKind::Migrate,
             Some(vmid),
             &format!("migrate VM {vmid} {} → {target}", vm.node),
         )?;
+        job.stake(stake(vmid, &vm.node, Cleanup::Keep));
         let id = job.id();
         let engine = self.clone();
-        tokio::spawn(async move {
-            let step = Step::new(&job, None, "migrating VM");
+        self.spawn_job(job, move |job| async move {
+            let job = &*job;
+            let step = Step::new(job, None, "migrating VM");
             step.processing(format!(
                 "[*] migrating VM {vmid} from {} to {target}",
                 vm.node
@@ -354,13 +361,13 @@ impl Engine {
                 .await;
             if let Err(e) = result {
                 return fail_job(
-                    &job,
+                    job,
                     &step,
                     format!("[-] failed to migrate VM: {}", one_line(&e.to_string())),
                 );
             }
             step.success(&format!("[+] VM migrated to node {target} successfully"));
-            let step = Step::new(&job, None, "finalizing");
+            let step = Step::new(job, None, "finalizing");
             step.done(
                 format!("[+] VM {vmid} is on node {target}"),
                 vmid,

@@ -23,6 +23,7 @@ pub mod scope;
 pub mod sessions;
 mod snapshot;
 mod sshkey;
+mod stopping;
 mod storage;
 mod templates;
 
@@ -58,6 +59,8 @@ pub struct Engine {
     template_builds: templates::Builds,
     /// The UI's logins.
     sessions: sessions::Sessions,
+    /// A SIGTERM's grace, the job tasks it waits for.
+    stopping: stopping::Stopping,
 }
 
 /// What an engine is made of besides its configuration.
@@ -118,6 +121,7 @@ impl Engine {
             key_lock: tokio::sync::Mutex::new(()),
             template_builds: Default::default(),
             sessions: sessions::Sessions::new(config_ttl),
+            stopping: stopping::Stopping::default(),
         }
     }
 
@@ -177,17 +181,18 @@ impl Engine {
     }
 
     /// `GET /api/jobs`: newest first.
-    pub fn job_list(&self, limit: u32) -> Result<Vec<Job>, EngineError> {
-        Ok(self.jobs.list(limit)?)
+    pub async fn job_list(&self, limit: u32) -> Result<Vec<Job>, EngineError> {
+        Ok(self.jobs.list(limit).await?)
     }
 
     /// `GET /api/jobs/:id`: the job and its whole timeline so far.
-    pub fn job_detail(&self, id: u64) -> Result<JobDetail, EngineError> {
+    pub async fn job_detail(&self, id: u64) -> Result<JobDetail, EngineError> {
         let job = self
             .jobs
-            .job(id)?
+            .job(id)
+            .await?
             .ok_or_else(|| EngineError::NotFound(format!("job {id} not found")))?;
-        let events = self.jobs.events(id, 0)?;
+        let events = self.jobs.events(id, 0).await?;
         Ok(JobDetail { job, events })
     }
 }

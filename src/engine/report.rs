@@ -262,8 +262,10 @@ mod tests {
         step(1, "second").processing("[*] 2c");
         turns.finish(1);
         step(2, "third").processing("[*] 3b");
+        jobs.flush().await.unwrap();
         let told: Vec<String> = jobs
             .events(job.id(), 0)
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.event.message)
@@ -282,7 +284,8 @@ mod tests {
         turns.finish(2);
         Step::new(Out::Turn(&turns, 1), None, "failing").processing("[*] told");
         turns.finish(0);
-        let told = jobs.events(job.id(), 0).unwrap();
+        jobs.flush().await.unwrap();
+        let told = jobs.events(job.id(), 0).await.unwrap();
         assert_eq!(told.len(), 1);
         assert_eq!(told[0].event.message, "[*] told");
     }

@@ -17,6 +17,7 @@ use super::allocator::Reservation;
 use super::install::{Cleanup, Failure, failed};
 use super::readiness::Boot;
 use super::report::{Out, Step};
+use super::stopping::stake;
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
@@ -107,7 +108,7 @@ impl Engine {
     /// built, with what each was built from and when.
     pub async fn templates(&self) -> Result<Vec<TemplateInfo>, EngineError> {
         let view = self.cluster.read().await?;
-        let records = self.jobs.templates()?;
+        let records = self.jobs.templates().await?;
         let record = |vmid: u32| records.iter().find(|r| r.vmid == vmid);
         let builds = self.builds();
         let mut list: Vec<TemplateInfo> = view
@@ -220,21 +221,19 @@ impl Engine {
                         range.end()
                     ))
                 })?;
-            let job =
-                self.jobs
-                    .start(JobKind::Template, Some(vmid), &format!("template {name}"))?;
+            let job = self.start_job(JobKind::Template, Some(vmid), &format!("template {name}"))?;
             builds.insert(vmid, (name.clone(), job.id()));
             (vmid, job)
         };
         let id = job.id();
         let engine = self.clone();
-        tokio::spawn(async move {
+        self.spawn_job(job, move |job| async move {
             let _building = Building {
                 builds: &engine.template_builds,
                 vmid,
             };
             engine
-                .run_template(job, release, (vmid, name), replacing)
+                .run_template(&job, release, (vmid, name), replacing)
                 .await;
         });
         Ok(id)
@@ -242,7 +241,7 @@ impl Engine {
 
     async fn run_template(
         &self,
-        job: JobHandle,
+        job: &JobHandle,
         release: Release,
         (vmid, name): (u32, String),
         replacing: Option<Replacing>,
@@ -252,7 +251,7 @@ impl Engine {
         let mut held: Option<Reservation> = None;
         let node = self.config.main_node.clone();
         let result = self
-            .template_steps(&job, &release, vmid, &name, &node, &mut held)
+            .template_steps(job, &release, vmid, &name, &node, &mut held)
             .await;
         match result {
             Ok(image) => {
@@ -273,9 +272,9 @@ impl Engine {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&vmid);
                 if let Some(old) = replacing {
-                    self.retire(&job, &release, old).await;
+                    self.retire(job, &release, old).await;
                 }
-                let step = Step::new(&job, Some("template build"), "finalizing");
+                let step = Step::new(job, Some("template build"), "finalizing");
                 step.made(
                     format!(
                         "[+] template {name} (VM {vmid}) built in {:.2}s",
@@ -287,7 +286,7 @@ impl Engine {
             }
             Err((failure, made)) => {
                 let vm = made.then(|| (vmid, node.clone()));
-                self.fail_job(&job, failure, vm).await;
+                self.fail_job(job, failure, vm).await;
             }
         }
         // The template's key at the borrowed address is not the next VM's.
@@ -381,6 +380,8 @@ impl Engine {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
 
+        // Until it is a template, what the build made is half-made.
+        job.stake(stake(vmid, node, Cleanup::Destroy));
         let step = Step::new(job, Some("template build"), "creating VM");
         let tags = format!("{TAG};{}", release.os);
         self.create_vm(&step, node, vmid, (name, tags), 2, 2048)
@@ -518,6 +519,7 @@ impl Engine {
             ))
             .map_err(made)?;
         step.success(&format!("[+] VM {vmid} is now template {name}"));
+        job.stake(None);
         Ok(image_name)
     }
 

@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, mpsc};
 use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use crate::clock::now_ms;
+pub use crate::store::{OnStop, Stake};
 use crate::store::{Store, StoreError, TemplateBuilt};
 
 /// What a follower receives.
@@ -32,9 +33,15 @@ enum Live {
 /// Room for a slow follower before it has to catch up from the database.
 const LIVE_CAPACITY: usize = 256;
 
+/// The live channel of each running job.
+type LiveMap = Arc<Mutex<HashMap<u64, broadcast::Sender<Live>>>>;
+
 pub struct Jobs {
-    store: Store,
-    live: Mutex<HashMap<u64, broadcast::Sender<Live>>>,
+    store: Arc<Store>,
+    live: LiveMap,
+    /// The writer thread: events, ends and stakes are written there, in
+    /// order, and only then broadcast — never on an async worker thread.
+    writes: std::sync::mpsc::Sender<Write>,
     limits: JobLimits,
     /// Open followers per job.
     followers: Mutex<HashMap<u64, usize>>,
@@ -96,6 +103,70 @@ impl Default for JobLimits {
     }
 }
 
+/// A write for the writer thread.
+enum Write {
+    Event(u64, JobEvent),
+    Finish {
+        id: u64,
+        state: JobState,
+        at: i64,
+        outcome: Option<VmOutcome>,
+        failed_step: Option<String>,
+    },
+    Vmid(u64, u32),
+    Stake(u64, Option<Stake>),
+    /// Everything before it is written; then the WAL is checkpointed.
+    Flush(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer thread's loop: a write, then what followers must hear of it.
+/// A database error is logged and the event still reaches the followers.
+fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
+    for write in writes {
+        match write {
+            Write::Event(id, event) => {
+                if let Err(e) = store.append(id, event.seq, event.at, &event.event) {
+                    tracing::warn!(job = id, "cannot store an event: {e}");
+                }
+                if let Some(tx) = lock(live).get(&id) {
+                    let _ = tx.send(Live::Event(event));
+                }
+            }
+            Write::Finish {
+                id,
+                state,
+                at,
+                outcome,
+                failed_step,
+            } => {
+                if let Err(e) = store.finish(id, state, at, outcome, failed_step.as_deref()) {
+                    tracing::warn!(job = id, "cannot record the job's end: {e}");
+                }
+                if let Some(tx) = lock(live).remove(&id) {
+                    let _ = tx.send(Live::Closed);
+                }
+            }
+            Write::Vmid(id, vmid) => {
+                if let Err(e) = store.set_vmid(id, vmid) {
+                    tracing::warn!(job = id, "cannot record the job's VM: {e}");
+                }
+            }
+            Write::Stake(id, stake) => {
+                if let Err(e) = store.set_stake(id, stake.as_ref()) {
+                    tracing::warn!(job = id, "cannot record the job's stake: {e}");
+                }
+            }
+            Write::Flush(done) => {
+                let _ = done.send(store.flush());
+            }
+        }
+    }
+}
+
 /// Whether a relayed line is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -106,8 +177,9 @@ pub enum Admit {
 }
 
 impl Jobs {
-    /// Opens the job database; jobs that were running when the server
-    /// stopped are closed as interrupted, with an event saying so.
+    /// Opens the job database. Jobs that were running when the server
+    /// stopped stay `running` until [`Jobs::resume_orphans`] hands them to
+    /// whoever reconciles them.
     pub fn open(path: &Path) -> Result<Arc<Jobs>, StoreError> {
         Jobs::open_with(path, JobLimits::default())
     }
@@ -120,34 +192,83 @@ impl Jobs {
         if pruned > 0 {
             tracing::info!(pruned, keep_days = limits.keep_days, "old jobs removed");
         }
-        for job in store.running_jobs()? {
-            let seq = store.last_seq(job.id)? + 1;
-            let step = store
-                .events(job.id, seq.saturating_sub(2))?
-                .last()
-                .map_or_else(|| "pvedeck".to_string(), |e| e.event.step.clone());
-            let event = StepEvent {
-                step: step.clone(),
-                status: StepStatus::Error,
-                message: "[-] interrupted: pvedeck stopped while this job ran".to_string(),
-                vm_id: None,
-                ip: None,
-                host_key: None,
-            };
-            store.append(job.id, seq, now_ms(), &event)?;
-            store.finish(job.id, JobState::Interrupted, now_ms(), None, Some(&step))?;
-            tracing::warn!(job = job.id, "job interrupted by a restart");
-        }
+        let store = Arc::new(store);
+        let live = LiveMap::default();
+        let (writes, queue) = std::sync::mpsc::channel();
+        let (writer_store, writer_live) = (store.clone(), live.clone());
+        std::thread::Builder::new()
+            .name("pvedeck-db".to_string())
+            .spawn(move || write_all(&writer_store, &writer_live, queue))
+            .map_err(StoreError::Writer)?;
         Ok(Arc::new(Jobs {
             store,
-            live: Mutex::new(HashMap::new()),
+            live,
+            writes,
             limits,
             followers: Mutex::new(HashMap::new()),
         }))
     }
 
+    /// A read, on a blocking thread: the async workers never wait on SQLite.
+    async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || read(&store))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    fn write(&self, write: Write) {
+        if self.writes.send(write).is_err() {
+            tracing::error!("the job database's writer has stopped: a write is lost");
+        }
+    }
+
+    /// The jobs a previous process left running (it was killed), each
+    /// with what it had at stake, as handles that go on from their last
+    /// event: followers wait for their end as for any running job.
+    pub fn resume_orphans(self: &Arc<Self>) -> Result<Vec<(JobHandle, Option<Stake>)>, StoreError> {
+        let mut orphans = Vec::new();
+        for (job, stake) in self.store.running_jobs()? {
+            let seq = self.store.last_seq(job.id)?;
+            let last_step = self
+                .store
+                .events(job.id, seq.saturating_sub(1))?
+                .last()
+                .map_or_else(|| "pvedeck".to_string(), |e| e.event.step.clone());
+            let (tx, _) = broadcast::channel(LIVE_CAPACITY);
+            self.live().insert(job.id, tx);
+            orphans.push((
+                JobHandle {
+                    id: job.id,
+                    jobs: self.clone(),
+                    seq: AtomicU64::new(seq),
+                    relayed: AtomicU64::new(0),
+                    finished: Mutex::new(false),
+                    last_step: Mutex::new(last_step),
+                    stake: Mutex::new(stake.clone()),
+                },
+                stake,
+            ));
+        }
+        Ok(orphans)
+    }
+
+    /// Writes everything queued, then all of it into the database file
+    /// (at shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        self.write(Write::Flush(done));
+        flushed
+            .await
+            .map_err(|_| StoreError::Task("the writer stopped before the flush".to_string()))?
+    }
+
     fn live(&self) -> MutexGuard<'_, HashMap<u64, broadcast::Sender<Live>>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.live)
     }
 
     pub fn start(
@@ -166,15 +287,17 @@ impl Jobs {
             seq: AtomicU64::new(0),
             relayed: AtomicU64::new(0),
             finished: Mutex::new(false),
+            last_step: Mutex::new("pvedeck".to_string()),
+            stake: Mutex::new(None),
         })
     }
 
-    pub fn job(&self, id: u64) -> Result<Option<Job>, StoreError> {
-        self.store.job(id)
+    pub async fn job(&self, id: u64) -> Result<Option<Job>, StoreError> {
+        self.read(move |s| s.job(id)).await
     }
 
-    pub fn list(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        self.store.jobs(limit)
+    pub async fn list(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        self.read(move |s| s.jobs(limit)).await
     }
 
     /// The identities of the VMs pvedeck made, kept beside their jobs.
@@ -193,16 +316,16 @@ impl Jobs {
         self.store.record_template(built)
     }
 
-    pub fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
-        self.store.templates()
+    pub async fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
+        self.read(Store::templates).await
     }
 
-    pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
-        self.store.identities()
+    pub async fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
+        self.read(Store::identities).await
     }
 
-    pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
-        self.store.events(id, after)
+    pub async fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.read(move |s| s.events(id, after)).await
     }
 
     /// Counts a new follower of job `id`, within the limits.
@@ -230,12 +353,12 @@ impl Jobs {
 
     /// Follows a job from after event `after`: the stored events first, then
     /// the live ones, then `Closed`. `None` when there is no such job.
-    pub fn follow(
+    pub async fn follow(
         self: &Arc<Self>,
         id: u64,
         after: u64,
     ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
-        if self.store.job(id)?.is_none() {
+        if self.job(id).await?.is_none() {
             return Ok(None);
         }
         let following = self.count_follower(id)?;
@@ -247,14 +370,14 @@ impl Jobs {
         tokio::spawn(async move {
             let _following = following;
             let mut last = after;
-            let catch_up = |last: &mut u64| -> Vec<Update> {
-                let events = jobs.store.events(id, *last).unwrap_or_default();
+            let catch_up = async |last: &mut u64| -> Vec<Update> {
+                let events = jobs.events(id, *last).await.unwrap_or_default();
                 if let Some(e) = events.last() {
                     *last = e.seq;
                 }
                 events.into_iter().map(Update::Event).collect()
             };
-            for update in catch_up(&mut last) {
+            for update in catch_up(&mut last).await {
                 if tx.send(update).await.is_err() {
                     return;
                 }
@@ -271,7 +394,7 @@ impl Jobs {
                         Ok(Live::Event(_)) => {}
                         Ok(Live::Closed) | Err(broadcast::error::RecvError::Closed) => break,
                         Err(broadcast::error::RecvError::Lagged(_)) => {
-                            for update in catch_up(&mut last) {
+                            for update in catch_up(&mut last).await {
                                 if tx.send(update).await.is_err() {
                                     return;
                                 }
@@ -280,7 +403,7 @@ impl Jobs {
                     }
                 }
                 // Events stored after the last one seen live (a lag at the end).
-                for update in catch_up(&mut last) {
+                for update in catch_up(&mut last).await {
                     if tx.send(update).await.is_err() {
                         return;
                     }
@@ -300,6 +423,10 @@ pub struct JobHandle {
     /// Relayed command output lines so far.
     relayed: AtomicU64,
     finished: Mutex<bool>,
+    /// The step of the last event: where an interrupted job stopped.
+    last_step: Mutex<String>,
+    /// What the job has at stake now (as recorded in the database).
+    stake: Mutex<Option<Stake>>,
 }
 
 impl JobHandle {
@@ -318,23 +445,41 @@ impl JobHandle {
     }
 
     pub fn set_vmid(&self, vmid: u32) {
-        if let Err(e) = self.jobs.store.set_vmid(self.id, vmid) {
-            tracing::warn!(job = self.id, "cannot record the job's VM: {e}");
-        }
+        self.jobs.write(Write::Vmid(self.id, vmid));
+    }
+
+    /// Records what the job has at stake from now on, for whoever finds it
+    /// interrupted (a restart after a kill, the end of a shutdown's grace).
+    pub fn stake(&self, stake: Option<Stake>) {
+        self.jobs.write(Write::Stake(self.id, stake.clone()));
+        *lock(&self.stake) = stake;
+    }
+
+    /// What the job has at stake now.
+    pub fn current_stake(&self) -> Option<Stake> {
+        self.stake.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The step the job was last at.
+    pub fn last_step(&self) -> String {
+        self.last_step
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Stores and broadcasts one event. A database error is logged, and the
     /// event still reaches the live followers.
     pub fn emit(&self, event: StepEvent) {
+        tracing::debug!(job = self.id, step = event.step, "{}", event.message);
+        // Numbered and queued under one lock: the writer gets a job's
+        // events in their order, whatever thread each comes from.
+        let mut last_step = lock(&self.last_step);
+        event.step.clone_into(&mut last_step);
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let at = now_ms();
-        if let Err(e) = self.jobs.store.append(self.id, seq, at, &event) {
-            tracing::warn!(job = self.id, "cannot store an event: {e}");
-        }
-        tracing::debug!(job = self.id, step = event.step, "{}", event.message);
-        if let Some(tx) = self.jobs.live().get(&self.id) {
-            let _ = tx.send(Live::Event(JobEvent { seq, at, event }));
-        }
+        self.jobs
+            .write(Write::Event(self.id, JobEvent { seq, at, event }));
     }
 
     /// Ends the job; followers get the rest of the events, then `Closed`.
@@ -344,16 +489,16 @@ impl JobHandle {
             return;
         }
         *finished = true;
-        if let Err(e) = self
-            .jobs
-            .store
-            .finish(self.id, state, now_ms(), outcome, failed_step)
-        {
-            tracing::warn!(job = self.id, "cannot record the job's end: {e}");
-        }
-        if let Some(tx) = self.jobs.live().remove(&self.id) {
-            let _ = tx.send(Live::Closed);
-        }
+        // After the job's events in the queue: followers get them all, then
+        // `Closed`.
+        let _order = lock(&self.last_step);
+        self.jobs.write(Write::Finish {
+            id: self.id,
+            state,
+            at: now_ms(),
+            outcome,
+            failed_step: failed_step.map(str::to_string),
+        });
         tracing::info!(job = self.id, state = ?state, "job finished");
     }
 }
@@ -426,7 +571,7 @@ mod tests {
         let job = jobs.start(JobKind::Install, None, "t").unwrap();
         job.emit(event(1));
         job.emit(event(2));
-        let rx = jobs.follow(job.id(), 0).unwrap().unwrap();
+        let rx = jobs.follow(job.id(), 0).await.unwrap().unwrap();
         job.emit(event(3));
         job.finish(JobState::Succeeded, None, None);
         let updates = drain(rx).await;
@@ -442,36 +587,60 @@ mod tests {
             job.emit(event(n));
         }
         job.finish(JobState::Failed, Some(VmOutcome::Kept), Some("s"));
-        let updates = drain(jobs.follow(job.id(), 3).unwrap().unwrap()).await;
+        let updates = drain(jobs.follow(job.id(), 3).await.unwrap().unwrap()).await;
         assert_eq!(seqs(&updates), [4, 5]);
-        assert!(jobs.follow(9999, 0).unwrap().is_none());
+        assert!(jobs.follow(9999, 0).await.unwrap().is_none());
     }
 
     #[tokio::test]
-    async fn jobs_running_at_a_restart_are_marked_interrupted() {
+    async fn jobs_running_at_a_restart_are_resumed_with_their_stake() {
         let path = db("restart");
         let id = {
             let jobs = Jobs::open(&path).unwrap();
             let job = jobs.start(JobKind::Install, None, "t").unwrap();
             job.emit(event(1));
+            job.stake(Some(Stake {
+                vmid: 106,
+                node: "pve1".into(),
+                on_stop: OnStop::Destroy,
+            }));
             let id = job.id();
             // The process "dies": the handle is never finished nor dropped.
             std::mem::forget(job);
             id
         };
         let jobs = Jobs::open(&path).unwrap();
-        let job = jobs.job(id).unwrap().unwrap();
-        assert_eq!(job.state, JobState::Interrupted);
-        let events = jobs.events(id, 0).unwrap();
-        assert_eq!(events.len(), 2);
-        assert_eq!(events[1].event.status, StepStatus::Error);
+        assert_eq!(
+            jobs.job(id).await.unwrap().unwrap().state,
+            JobState::Running
+        );
+        let mut orphans = jobs.resume_orphans().unwrap();
+        assert_eq!(orphans.len(), 1);
+        let (job, stake) = orphans.remove(0);
+        assert_eq!(job.id(), id);
+        assert_eq!(job.last_step(), "s");
+        let stake = stake.unwrap();
+        assert_eq!((stake.vmid, stake.on_stop), (106, OnStop::Destroy));
+        let rx = jobs.follow(id, 0).await.unwrap().unwrap();
+        job.emit(event(2));
+        job.finish(JobState::Interrupted, Some(VmOutcome::Destroyed), Some("s"));
+        let updates = drain(rx).await;
+        assert_eq!(
+            seqs(&updates),
+            [1, 2],
+            "the resumed job goes on after its last event"
+        );
+        assert_eq!(
+            jobs.job(id).await.unwrap().unwrap().state,
+            JobState::Interrupted
+        );
     }
 
     #[tokio::test]
     async fn a_lagging_follower_catches_up_from_the_database() {
         let jobs = Jobs::open(&db("lag")).unwrap();
         let job = jobs.start(JobKind::Install, None, "t").unwrap();
-        let rx = jobs.follow(job.id(), 0).unwrap().unwrap();
+        let rx = jobs.follow(job.id(), 0).await.unwrap().unwrap();
         for n in 1..=(LIVE_CAPACITY as u32 * 3) {
             job.emit(event(n));
         }

@@ -21,6 +21,10 @@ pub enum StoreError {
     },
     #[error("job database: {0}")]
     Sql(#[from] rusqlite::Error),
+    #[error("job database: cannot start its writer thread: {0}")]
+    Writer(std::io::Error),
+    #[error("job database: {0}")]
+    Task(String),
     #[error("job database: cannot create {path}: {source}")]
     Dir {
         path: String,
@@ -81,7 +85,40 @@ CREATE TABLE IF NOT EXISTS templates (
 ";
 
 /// Columns added after a database was first made: (table, column, type).
-const ADDED_COLUMNS: [(&str, &str, &str); 1] = [("events", "host_key", "TEXT")];
+/// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
+const ADDED_COLUMNS: [(&str, &str, &str); 3] = [
+    ("events", "host_key", "TEXT"),
+    ("jobs", "node", "TEXT"),
+    ("jobs", "on_stop", "TEXT"),
+];
+
+/// What becomes of a job's VM when the job stops before its end (pvedeck
+/// killed or stopped): what SPEC §3.5 does to it at the step the job is at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStop {
+    /// Force stop and destroy: the VM is half-made.
+    Destroy,
+    /// The VM stays, as a failure there would leave it.
+    Keep,
+}
+
+impl OnStop {
+    fn word(self) -> &'static str {
+        match self {
+            OnStop::Destroy => "destroy",
+            OnStop::Keep => "keep",
+        }
+    }
+}
+
+/// The VM a running job may leave behind, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stake {
+    pub vmid: u32,
+    /// The node it was last known on.
+    pub node: String,
+    pub on_stop: OnStop,
+}
 
 /// Enums are stored as the words their JSON uses.
 fn word<T: Serialize>(value: &T) -> String {
@@ -252,11 +289,52 @@ impl Store {
         Ok(gone)
     }
 
-    pub fn running_jobs(&self) -> Result<Vec<Job>, StoreError> {
+    pub fn running_jobs(&self) -> Result<Vec<(Job, Option<Stake>)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT * FROM jobs WHERE state = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([word(&JobState::Running)], job_from_row)?;
+        let rows = stmt.query_map([word(&JobState::Running)], |row| {
+            let job = job_from_row(row)?;
+            let node: Option<String> = row.get("node")?;
+            let on_stop: Option<String> = row.get("on_stop")?;
+            let on_stop = match on_stop.as_deref() {
+                Some("destroy") => Some(OnStop::Destroy),
+                Some("keep") => Some(OnStop::Keep),
+                _ => None,
+            };
+            let stake = match (job.vmid, node, on_stop) {
+                (Some(vmid), Some(node), Some(on_stop)) => Some(Stake {
+                    vmid,
+                    node,
+                    on_stop,
+                }),
+                _ => None,
+            };
+            Ok((job, stake))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records what a running job has at stake now (`None`: nothing).
+    pub fn set_stake(&self, id: u64, stake: Option<&Stake>) -> Result<(), StoreError> {
+        match stake {
+            Some(s) => self.conn().execute(
+                "UPDATE jobs SET vmid = ?2, node = ?3, on_stop = ?4 WHERE id = ?1",
+                params![id, s.vmid, s.node, s.on_stop.word()],
+            )?,
+            None => self.conn().execute(
+                "UPDATE jobs SET node = NULL, on_stop = NULL WHERE id = ?1",
+                [id],
+            )?,
+        };
+        Ok(())
+    }
+
+    /// Moves everything written to the WAL into the database file, so that
+    /// a stopped server leaves one consistent file behind.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.conn()
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
     }
 
     /// Events after `after` (0 = all), in order.

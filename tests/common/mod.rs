@@ -41,6 +41,8 @@ pub fn ip(last: u32) -> String {
 enum Handle {
     InProcess(Running),
     Process(std::process::Child),
+    /// A process that has exited.
+    Gone,
 }
 
 pub struct Server {
@@ -57,7 +59,49 @@ impl Drop for Server {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+            Handle::Gone => {}
         }
+    }
+}
+
+impl Server {
+    /// Sends a signal (`KILL`, `TERM`) to a server running as a process.
+    pub fn signal(&self, name: &str) {
+        let Handle::Process(child) = &self.running else {
+            panic!("only a process server takes signals");
+        };
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// Waits for a process server to end; its exit code (`None`: a signal).
+    pub async fn exit_code(mut self) -> Option<i32> {
+        let Handle::Process(mut child) = std::mem::replace(&mut self.running, Handle::Gone) else {
+            panic!("only a process server exits");
+        };
+        tokio::task::spawn_blocking(move || child.wait().expect("wait").code())
+            .await
+            .expect("wait task")
+    }
+}
+
+/// A server as its own process on either lane (to be killed or stopped):
+/// the sim backend's binary, or the cli backend's with its stand-ins.
+pub async fn process_server(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
+    let env = if cli_mode() {
+        cli_env(data_dir, false).await
+    } else {
+        base_env(data_dir)
+    };
+    let (child, url) = start_process(data_dir, &with(env, vars));
+    Server {
+        url,
+        data_dir: data_dir.to_path_buf(),
+        running: Handle::Process(child),
     }
 }
 

@@ -167,10 +167,15 @@ pub fn JobResult(detail: JobDetail) -> impl IntoView {
                 )
             });
             let outcome = outcome_text(job.outcome, job.vmid);
+            // Interrupted: pvedeck stopped under the job, which did not fail.
+            let (ended, at) = match job.state {
+                JobState::Interrupted => ("interrupted", "Stopped at: "),
+                _ => ("failed", "Failed step: "),
+            };
             Either::Right(Either::Right(view! {
                 <div class="result result-failed" role="alert">
-                    <h3>"✕ " {format!("{} failed", job.kind.as_str())}</h3>
-                    <p class="failed-step">"Failed step: " <strong>{step}</strong></p>
+                    <h3>"✕ " {format!("{} {ended}", job.kind.as_str())}</h3>
+                    <p class="failed-step">{at} <strong>{step}</strong></p>
                     <p class="failed-message">{message}</p>
                     <p class="outcome">{outcome}</p>
                 </div>

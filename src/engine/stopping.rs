@@ -1,0 +1,290 @@
+//! Stopping without leaving half-made VMs behind. A SIGTERM refuses new
+//! jobs (503) and gives the running ones `SHUTDOWN_GRACE_SECS` to end; past
+//! it they are interrupted *with* SPEC §3.5's cleanup. A process that was
+//! killed instead leaves its jobs `running` in the database: the next one
+//! reconciles them at start-up. Both go by what each job recorded as its
+//! stake — the VMID, its node, and whether §3.5 destroys or keeps it at the
+//! step the job had reached.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use tokio::sync::watch;
+
+use super::install::Cleanup;
+use super::report::{Step, one_line};
+use super::{Engine, EngineError, scope, templates};
+use crate::jobs::{JobHandle, OnStop, Stake};
+
+/// What the engine knows about stopping.
+pub(super) struct Stopping {
+    /// A SIGTERM came: no new job starts.
+    refusing: AtomicBool,
+    /// The grace is over: running jobs stop where they are.
+    over: watch::Sender<bool>,
+    /// Job tasks running now, by job id: told when the stop begins.
+    running: Arc<Mutex<HashMap<u64, Weak<JobHandle>>>>,
+    /// How many there are, to wait on.
+    count: watch::Sender<usize>,
+}
+
+impl Default for Stopping {
+    fn default() -> Self {
+        Stopping {
+            refusing: AtomicBool::new(false),
+            over: watch::channel(false).0,
+            running: Arc::default(),
+            count: watch::channel(0).0,
+        }
+    }
+}
+
+/// A job task, listed while it runs.
+struct Counted {
+    id: u64,
+    running: Arc<Mutex<HashMap<u64, Weak<JobHandle>>>>,
+    count: watch::Sender<usize>,
+}
+
+impl Counted {
+    fn new(stopping: &Stopping, job: &Arc<JobHandle>) -> Counted {
+        let mut running = stopping.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.insert(job.id(), Arc::downgrade(job));
+        stopping.count.send_replace(running.len());
+        Counted {
+            id: job.id(),
+            running: stopping.running.clone(),
+            count: stopping.count.clone(),
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.remove(&self.id);
+        self.count.send_replace(running.len());
+    }
+}
+
+impl Stopping {
+    fn running(&self) -> Vec<Arc<JobHandle>> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.values().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// Why a job stopped before its end.
+#[derive(Debug, Clone, Copy)]
+enum Interruption {
+    /// The process that ran it died (killed, crashed, host rebooted).
+    Restart,
+    /// A SIGTERM's grace ran out.
+    Grace(Duration),
+}
+
+impl Interruption {
+    fn message(self) -> String {
+        match self {
+            Interruption::Restart => {
+                "[-] interrupted: pvedeck stopped while this job ran".to_string()
+            }
+            Interruption::Grace(grace) => format!(
+                "[-] interrupted: pvedeck is stopping and the job did not end within \
+                 SHUTDOWN_GRACE_SECS ({}s)",
+                grace.as_secs()
+            ),
+        }
+    }
+}
+
+/// What a job stopped at this point leaves, in the words of §3.5.
+pub(super) fn stake(vmid: u32, node: &str, cleanup: Cleanup) -> Option<Stake> {
+    let on_stop = match cleanup {
+        Cleanup::Nothing => return None,
+        Cleanup::Destroy => OnStop::Destroy,
+        Cleanup::Keep => OnStop::Keep,
+    };
+    Some(Stake {
+        vmid,
+        node: node.to_string(),
+        on_stop,
+    })
+}
+
+impl Engine {
+    /// 503 once a SIGTERM came: a job started now would be cut short.
+    pub(super) fn refuse_when_stopping(&self) -> Result<(), EngineError> {
+        if self.stopping.refusing.load(Ordering::SeqCst) {
+            return Err(EngineError::Unavailable(
+                "pvedeck is stopping: no new jobs are started; try again once it is back"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts a job's record, unless pvedeck is stopping.
+    pub(super) fn start_job(
+        &self,
+        kind: JobKind,
+        vmid: Option<u32>,
+        title: &str,
+    ) -> Result<JobHandle, EngineError> {
+        self.refuse_when_stopping()?;
+        Ok(self.jobs.start(kind, vmid, title)?)
+    }
+
+    /// Runs a job's work on its own task; if a shutdown's grace ends
+    /// first, the work is dropped where it is and the job interrupted with
+    /// its cleanup.
+    pub(super) fn spawn_job<F, Fut>(self: &Arc<Self>, job: JobHandle, work: F)
+    where
+        F: FnOnce(Arc<JobHandle>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let job = Arc::new(job);
+        let running = Counted::new(&self.stopping, &job);
+        let work = work(job.clone());
+        let mut over = self.stopping.over.subscribe();
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let _running = running;
+            let ended = tokio::select! {
+                () = work => true,
+                stop = over.wait_for(|over| *over) => stop.is_err(),
+            };
+            if !ended {
+                let grace = engine.config.shutdown_grace;
+                let stake = job.current_stake();
+                engine
+                    .interrupt(&job, stake, Interruption::Grace(grace))
+                    .await;
+            }
+        });
+    }
+
+    /// Reconciles the jobs a killed process left running, each on its own
+    /// task (their followers see the outcome arrive).
+    pub fn reconcile(self: &Arc<Self>) -> Result<usize, EngineError> {
+        let orphans = self.jobs.resume_orphans()?;
+        let n = orphans.len();
+        for (job, stake) in orphans {
+            tracing::warn!(job = job.id(), "job interrupted by a restart");
+            let job = Arc::new(job);
+            let running = Counted::new(&self.stopping, &job);
+            let engine = self.clone();
+            tokio::spawn(async move {
+                let _running = running;
+                engine.interrupt(&job, stake, Interruption::Restart).await;
+            });
+        }
+        Ok(n)
+    }
+
+    /// The SIGTERM sequence: refuse new jobs, tell the running ones, wait
+    /// up to `SHUTDOWN_GRACE_SECS` for them, interrupt the rest with their
+    /// cleanup, then write the database out.
+    pub async fn shut_down(&self) {
+        self.stopping.refusing.store(true, Ordering::SeqCst);
+        let grace = self.config.shutdown_grace;
+        let running = self.stopping.running();
+        tracing::info!(
+            running = running.len(),
+            grace_secs = grace.as_secs(),
+            "stopping: no new jobs; waiting for the running ones"
+        );
+        for job in running {
+            // Whoever watches a job learns why it may end early.
+            job.emit(StepEvent {
+                step: job.last_step(),
+                status: StepStatus::Processing,
+                message: format!(
+                    "[*] pvedeck is stopping: this job has {}s (SHUTDOWN_GRACE_SECS) to end",
+                    grace.as_secs()
+                ),
+                vm_id: None,
+                ip: None,
+                host_key: None,
+            });
+        }
+        let mut counter = self.stopping.count.subscribe();
+        let ended = tokio::time::timeout(grace, counter.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        if !ended {
+            tracing::warn!("grace over: interrupting the running jobs");
+            self.stopping.over.send_replace(true);
+            // Their cleanup runs commands under their own timeouts.
+            let _ = counter.wait_for(|n| *n == 0).await;
+        }
+        if let Err(e) = self.jobs.flush().await {
+            tracing::warn!("cannot flush the job database: {e}");
+        }
+    }
+
+    /// Ends a job that stopped before its end: the error at the step it
+    /// was at, then what §3.5 does about the VM it had at stake.
+    async fn interrupt(&self, job: &JobHandle, stake: Option<Stake>, why: Interruption) {
+        let step = job.last_step();
+        job.emit(StepEvent {
+            step: step.clone(),
+            status: StepStatus::Error,
+            message: why.message(),
+            vm_id: None,
+            ip: None,
+            host_key: None,
+        });
+        let outcome = match stake {
+            None => VmOutcome::None,
+            Some(stake) => self.settle(job, &stake, &step).await,
+        };
+        job.finish(JobState::Interrupted, Some(outcome), Some(&step));
+    }
+
+    /// Destroys or keeps the VM a stopped job had at stake, as it is now.
+    async fn settle(&self, job: &JobHandle, stake: &Stake, at: &str) -> VmOutcome {
+        let vmid = stake.vmid;
+        let vms = match self.proxmox.cluster_vms().await {
+            Ok(vms) => vms,
+            Err(e) => {
+                let step = Step::new(job, Some("cleanup"), "checking VM");
+                step.error(format!(
+                    "[-] cannot tell whether VM {vmid} exists: {}; it may remain",
+                    one_line(&e.to_string())
+                ));
+                return VmOutcome::Kept;
+            }
+        };
+        let Some(vm) = vms.iter().find(|vm| vm.vmid == vmid) else {
+            let step = Step::new(job, Some("cleanup"), "checking VM");
+            step.success(&format!(
+                "[+] VM {vmid} was not created: nothing to clean up"
+            ));
+            return VmOutcome::None;
+        };
+        let ours = vm.has_tag(scope::TAG) || vm.has_tag(templates::TAG);
+        match stake.on_stop {
+            OnStop::Destroy if ours => self.destroy_half_made(job, vmid, &vm.node).await,
+            OnStop::Destroy => {
+                let step = Step::new(job, Some("cleanup"), "keeping VM");
+                step.processing(format!(
+                    "[*] VM {vmid} is not tagged '{}': pvedeck does not destroy it",
+                    scope::TAG
+                ));
+                VmOutcome::Kept
+            }
+            OnStop::Keep => {
+                let step = Step::new(job, Some("cleanup"), "keeping VM");
+                step.processing(format!(
+                    "[*] VM {vmid} is kept as it is: the job stopped at '{at}'"
+                ));
+                VmOutcome::Kept
+            }
+        }
+    }
+}

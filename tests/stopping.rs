@@ -1,0 +1,177 @@
+//! A stopped or killed pvedeck leaves no half-made VM (issue 11, point 5):
+//! SIGKILL mid-install, then a restart that reconciles the job; SIGTERM
+//! with a grace that runs out (the job's cleanup runs) and one that does
+//! not (new jobs get 503, the running one ends). Each runs the server as
+//! its own process, on both lanes.
+
+mod common;
+
+use common::*;
+
+const INSTALL: &str = r#"{"os":"debian","version":"12"}"#;
+/// One operation taking an hour of simulated time: 1.8 s at the suite's
+/// SIM_SPEED, long enough to be cut short at a known step.
+const SLOW_IMPORT: &str = r#"{"op":"importdisk","action":"delay","delay_ms":3600000,"times":1}"#;
+const SLOW_READY: &str = r#"{"op":"ssh-ready","action":"delay","delay_ms":3600000,"times":1}"#;
+
+/// Starts an install; its job id.
+async fn start_install(server: &Server) -> u64 {
+    let res = open_post(&format!("{}/api/vm/install", server.url), INSTALL).await;
+    assert_eq!(res.status().as_u16(), 200);
+    // The job goes on without this stream: it is followed below.
+    res.headers()
+        .get("x-job-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("x-job-id")
+}
+
+async fn follow(server: &Server, job: u64) -> reqwest::Response {
+    reqwest::get(format!("{}/api/jobs/{job}/events", server.url))
+        .await
+        .expect("follow")
+}
+
+/// Follows a job until an event shows `text`.
+async fn wait_for(server: &Server, job: u64, text: &str) -> Vec<Sse> {
+    let events = read_until(follow(server, job).await, |e| e.message().contains(text)).await;
+    assert!(
+        events.last().is_some_and(|e| e.message().contains(text)),
+        "no event with {text:?}: {events:#?}"
+    );
+    events
+}
+
+/// The job's whole timeline, once it has ended.
+async fn to_the_end(server: &Server, job: u64) -> Vec<Sse> {
+    let events = read_events(follow(server, job).await, None).await;
+    assert!(events.last().is_some_and(Sse::is_close), "{events:#?}");
+    events
+}
+
+fn messages(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(Sse::message).collect()
+}
+
+/// Whether a message starts so (a step's success ends with its time).
+fn said(said: &[&str], start: &str) -> bool {
+    said.iter().any(|m| m.starts_with(start))
+}
+
+async fn job(server: &Server, id: u64) -> serde_json::Value {
+    json(&format!("{}/api/jobs/{id}", server.url)).await
+}
+
+/// Kills the server while the job is at `step_text`, restarts it on the
+/// same data (the simulated cluster included), and returns the restarted
+/// server with the job's timeline and record.
+async fn killed_at(fault_json: &str, step_text: &str) -> (Server, Vec<Sse>, serde_json::Value) {
+    let data = temp_dir("killed");
+    let server = process_server(&data, &[]).await;
+    fault(&server, fault_json).await;
+    let id = start_install(&server).await;
+    wait_for(&server, id, step_text).await;
+    server.signal("KILL");
+    assert_eq!(server.exit_code().await, None, "killed by a signal");
+
+    let server = process_server(&data, &[]).await;
+    let events = to_the_end(&server, id).await;
+    let record = job(&server, id).await;
+    (server, events, record)
+}
+
+#[tokio::test]
+async fn an_install_killed_while_importing_is_destroyed_at_the_restart() {
+    let (server, events, record) = killed_at(SLOW_IMPORT, "[*] import disk image").await;
+    let words = messages(&events);
+    let vmid = record["vmid"].as_u64().expect("the job recorded its VMID");
+    assert!(
+        words.contains(&"[-] interrupted: pvedeck stopped while this job ran"),
+        "{words:#?}"
+    );
+    assert!(
+        said(&words, &format!("[+] VM {vmid} destroyed")),
+        "{words:#?}"
+    );
+    assert_eq!(record["state"], "interrupted");
+    assert_eq!(record["outcome"], "destroyed");
+    assert_eq!(record["failed_step"], "VM creation > importing disk image");
+    assert!(vm(&server.url, vmid).await.is_none(), "VM {vmid} is gone");
+    // The job's page says it too, without JavaScript.
+    let id = record["id"].as_u64().expect("id");
+    let (status, page) = get(&format!("{}/jobs/{id}", server.url)).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("install interrupted"), "{page}");
+    assert!(page.contains(&format!("VM {vmid} was destroyed")), "{page}");
+}
+
+#[tokio::test]
+async fn an_install_killed_while_waiting_for_ready_keeps_its_vm() {
+    let (server, events, record) = killed_at(SLOW_READY, "[*] VM started").await;
+    let words = messages(&events);
+    let vmid = record["vmid"].as_u64().expect("VMID");
+    let kept = format!(
+        "[*] VM {vmid} is kept as it is: the job stopped at 'VM initialization > waiting for ready'"
+    );
+    assert!(words.contains(&kept.as_str()), "{words:#?}");
+    assert_eq!(record["state"], "interrupted");
+    assert_eq!(record["outcome"], "kept");
+    assert!(vm(&server.url, vmid).await.is_some(), "VM {vmid} stays");
+}
+
+#[tokio::test]
+async fn sigterm_past_the_grace_interrupts_the_install_with_its_cleanup() {
+    let data = temp_dir("term-grace");
+    let server = process_server(&data, &[("SHUTDOWN_GRACE_SECS", "0")]).await;
+    fault(&server, SLOW_IMPORT).await;
+    let id = start_install(&server).await;
+    wait_for(&server, id, "[*] import disk image").await;
+    let stream = follow(&server, id).await;
+    server.signal("TERM");
+    // The stream open at the signal gets the end of the job, then `close`.
+    let events = read_events(stream, None).await;
+    assert!(events.last().is_some_and(Sse::is_close), "{events:#?}");
+    let words = messages(&events);
+    assert!(
+        words.contains(
+            &"[-] interrupted: pvedeck is stopping and the job did not end within \
+               SHUTDOWN_GRACE_SECS (0s)"
+        ),
+        "{words:#?}"
+    );
+    assert_eq!(server.exit_code().await, Some(0), "a clean exit");
+
+    let server = process_server(&data, &[]).await;
+    let record = job(&server, id).await;
+    assert_eq!(record["state"], "interrupted");
+    assert_eq!(record["outcome"], "destroyed");
+    let vmid = record["vmid"].as_u64().expect("VMID");
+    assert!(
+        said(&words, &format!("[+] VM {vmid} destroyed")),
+        "{words:#?}"
+    );
+    assert!(vm(&server.url, vmid).await.is_none(), "VM {vmid} is gone");
+}
+
+#[tokio::test]
+async fn sigterm_refuses_new_jobs_and_lets_the_running_one_finish() {
+    let data = temp_dir("term-finish");
+    let server = process_server(&data, &[("SHUTDOWN_GRACE_SECS", "600")]).await;
+    fault(&server, SLOW_IMPORT).await;
+    let id = start_install(&server).await;
+    wait_for(&server, id, "[*] import disk image").await;
+    server.signal("TERM");
+    wait_for(&server, id, "[*] pvedeck is stopping").await;
+
+    let (status, body) = post_json(&format!("{}/api/vm/install", server.url), INSTALL).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("pvedeck is stopping"), "{body}");
+
+    let events = to_the_end(&server, id).await;
+    let words = messages(&events);
+    assert!(said(&words, "[+] VM installation completed"), "{words:#?}");
+    assert_eq!(server.exit_code().await, Some(0));
+
+    let server = process_server(&data, &[]).await;
+    assert_eq!(job(&server, id).await["state"], "succeeded");
+}
