@@ -1,7 +1,10 @@
 //! Cloud image mirrors as pvedeck reaches them (SPEC §3.2): a `HEAD` that
 //! must answer 200 within 15 s, then a streamed `GET` into a file. `Http`
 //! is the real web; the simulated cluster brings an internet of its own
-//! (`sim::internet`), so the demo contacts nothing.
+//! (`sim::internet`), so the demo contacts nothing. Beside the image, a
+//! mirror may publish a checksum list (`checksums`).
+
+pub mod checksums;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,6 +19,9 @@ pub type Progress<'a> = &'a (dyn Fn(u64, Option<u64>) + Send + Sync);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(15);
 /// A download that delivers nothing for this long is given up.
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest checksum list read: the official ones are a few KiB, and a
+/// mirror that streams for ever must not fill the memory.
+pub const MAX_LIST_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -51,6 +57,8 @@ pub enum ImageError {
     TooLarge { max: u64 },
     #[error("cannot set up the HTTP client: {0}")]
     Client(String),
+    #[error("{url} is larger than {} bytes", MAX_LIST_BYTES)]
+    ListTooLarge { url: String },
 }
 
 impl From<reqwest::Error> for ImageError {
@@ -78,6 +86,9 @@ pub trait Mirror: Send + Sync {
         path: &Path,
         progress: Progress<'_>,
     ) -> Result<(), ImageError>;
+    /// `GET <url>` of a checksum list (at most [`MAX_LIST_BYTES`]): its
+    /// text, or `None` when the mirror answers 404 or 410 (it publishes none).
+    async fn list(&self, url: &str) -> Result<Option<String>, ImageError>;
 }
 
 /// The web, through reqwest (TLS with the system's CA store).
@@ -149,5 +160,87 @@ impl Mirror for Http {
             return Err(ImageError::Truncated { done, total });
         }
         file.sync_all().await.map_err(write_error)
+    }
+
+    async fn list(&self, url: &str) -> Result<Option<String>, ImageError> {
+        // The whole exchange, body included, within the HEAD's time: a list
+        // is a few KiB.
+        let res = self.client.get(url).timeout(HEAD_TIMEOUT).send().await?;
+        match res.status().as_u16() {
+            200 => {}
+            404 | 410 => return Ok(None),
+            code => {
+                return Err(ImageError::Status {
+                    method: "GET",
+                    url: url.to_string(),
+                    code,
+                });
+            }
+        }
+        let too_large = || ImageError::ListTooLarge {
+            url: url.to_string(),
+        };
+        if res.content_length().is_some_and(|n| n > MAX_LIST_BYTES) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        let mut stream = res.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            body.extend_from_slice(&chunk?);
+            if body.len() as u64 > MAX_LIST_BYTES {
+                return Err(too_large());
+            }
+        }
+        Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback server: `/list` answers the list, `/gone` 410, `/broken`
+    /// 500, `/huge` more than a list may hold, anything else 404.
+    async fn server() -> String {
+        use axum::http::StatusCode;
+        use axum::routing::get;
+        let app = axum::Router::new()
+            .route("/list", get(|| async { "abc  file\n" }))
+            .route("/gone", get(|| async { StatusCode::GONE }))
+            .route(
+                "/broken",
+                get(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+            )
+            .route(
+                "/huge",
+                get(|| async { vec![b'a'; MAX_LIST_BYTES as usize + 1] }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_list_is_read_and_its_absence_is_no_error() {
+        let base = server().await;
+        let web = Http::new().unwrap();
+        let list = |path: &str| {
+            let url = format!("{base}{path}");
+            let web = web.clone();
+            async move { web.list(&url).await }
+        };
+        assert_eq!(list("/list").await.unwrap().as_deref(), Some("abc  file\n"));
+        assert_eq!(list("/missing").await.unwrap(), None);
+        assert_eq!(list("/gone").await.unwrap(), None);
+        let e = list("/broken").await.unwrap_err();
+        assert_eq!(e.to_string(), format!("GET {base}/broken answered 500"));
+        let e = list("/huge").await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{base}/huge is larger than 1048576 bytes")
+        );
     }
 }

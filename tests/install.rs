@@ -7,7 +7,7 @@ use common::{Sse, install};
 const DEBIAN: &str = r#"{"os":"debian","version":"12","name":"web"}"#;
 
 /// The steps of a successful install, in order (SPEC §3).
-const STEPS: [&str; 19] = [
+const STEPS: [&str; 20] = [
     "preparation > checking VMID",
     "preparation > assigning IP",
     "preparation > validating CPU and RAM",
@@ -17,6 +17,7 @@ const STEPS: [&str; 19] = [
     "OS preparation > getting OS image",
     "OS preparation > validating OS image URL",
     "OS preparation > downloading OS image",
+    "OS preparation > verifying OS image",
     "SSH preparation > checking SSH key",
     "SSH preparation > creating SSH key",
     "VM creation > creating VM",

@@ -1,19 +1,31 @@
 //! Cloud images (SPEC §3.2) and the install's `OS preparation` stage: the
 //! URL, its `HEAD`, the download into the cache under a temporary name,
-//! renamed once complete, so a partial file is never taken for an image.
+//! checked against the checksum the mirror publishes, renamed once complete
+//! and checked, so a partial or corrupt file is never taken for an image.
 //! Where images come from is the `Mirror` the server was built with.
+//!
+//! The cache keeps, beside each image it verified, a record of the checksum
+//! it was verified against (`<image>.sha512` or `.sha256`, in `sha*sum`'s
+//! format): a cached image is hashed again only when that record is missing
+//! or the mirror now publishes another checksum (a new image). The image at
+//! its final name is opened without following a symbolic link: a link, or
+//! anything but a regular file, is not trusted and is replaced by a download.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use app::os::{Os, Release};
+use tempfile::NamedTempFile;
 use tokio::sync::OwnedMutexGuard;
 
 use super::Engine;
 use super::install::{Cleanup, Failure};
 use super::report::{Out, Step};
+use crate::mirror::checksums::{self, Algo, ListError};
 use crate::mirror::{ImageError, Mirror};
 
 /// Where an image comes from and where it goes.
@@ -21,6 +33,83 @@ use crate::mirror::{ImageError, Mirror};
 pub struct ImagePlan {
     pub url: String,
     pub path: PathBuf,
+    /// The image's name, as the mirror's checksum list names it.
+    pub file: String,
+    /// The checksum list the mirror publishes in the image's directory.
+    pub list_url: String,
+    pub algo: Algo,
+}
+
+impl ImagePlan {
+    /// `<image>.sha512`: the record of the checksum the cached image was
+    /// verified against.
+    fn record_path(&self) -> PathBuf {
+        self.path
+            .with_file_name(format!("{}.{}", self.file, self.algo.extension()))
+    }
+}
+
+/// What the mirror says the image's checksum is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    /// Lower-case hex.
+    Sum(String),
+    /// No list at the URL (404, 410).
+    NoList,
+    /// A list that names other files only.
+    NotListed,
+}
+
+/// Why an image could not be verified.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("cannot get the OS image checksums from {url}: {source}")]
+    List { url: String, source: ImageError },
+    #[error("cannot use the checksum list {url}: {source}")]
+    BadList { url: String, source: ListError },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove {}: {source}", path.display())]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "OS image does not match the {} published at {url} (expected {expected}, got {got}); the file was deleted",
+        algo.name()
+    )]
+    Mismatch {
+        url: String,
+        algo: Algo,
+        expected: String,
+        got: String,
+    },
+    #[error(transparent)]
+    Image(#[from] ImageError),
+}
+
+/// What is at an image's final name in the cache.
+#[derive(Debug)]
+pub enum Cached {
+    Absent,
+    /// A symbolic link (not followed), or not a regular file: what it
+    /// points to is never read, and a download replaces it.
+    Untrusted(&'static str),
+    File(std::fs::File),
+}
+
+/// What checking a cached image against the mirror's checksum found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CacheCheck {
+    /// Verified earlier against the checksum the mirror publishes now.
+    Recorded,
+    /// Hashed now, and it matches.
+    Matches,
+    /// Hashed now, it does not match: removed, with its record.
+    Removed,
 }
 
 pub struct Images {
@@ -52,9 +141,17 @@ impl Images {
 
     pub fn plan(&self, release: &Release) -> ImagePlan {
         let base = self.bases.get(&release.os);
+        let url = release.image_url(base.map(String::as_str));
+        let published = checksums::published(release.os);
+        // The list sits beside the image, on the official mirrors and in an
+        // `IMAGE_BASE_<OS>` directory alike.
+        let dir = url.rsplit_once('/').map_or("", |(dir, _)| dir);
         ImagePlan {
-            url: release.image_url(base.map(String::as_str)),
+            list_url: format!("{dir}/{}", published.list),
+            algo: published.algo,
+            file: release.file_name(),
             path: self.cache_dir.join(release.file_name()),
+            url,
         }
     }
 
@@ -68,14 +165,70 @@ impl Images {
         slot.lock_owned().await
     }
 
+    /// The image's checksum as the mirror publishes it now. A mirror without
+    /// a list (404) is not an error; one that fails to answer, or answers
+    /// with something that is no checksum list, is.
+    pub async fn expected(&self, plan: &ImagePlan) -> Result<Expected, VerifyError> {
+        let list = self
+            .mirror
+            .list(&plan.list_url)
+            .await
+            .map_err(|source| VerifyError::List {
+                url: plan.list_url.clone(),
+                source,
+            })?;
+        let Some(list) = list else {
+            return Ok(Expected::NoList);
+        };
+        match checksums::find(&list, plan.algo, &plan.file) {
+            Ok(Some(sum)) => Ok(Expected::Sum(sum)),
+            Ok(None) => Ok(Expected::NotListed),
+            Err(source) => Err(VerifyError::BadList {
+                url: plan.list_url.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Checks the cached image `file` against `expected`: by its record
+    /// when that holds the same checksum, else by hashing it; one that does
+    /// not match is removed, so that a download takes its place.
+    pub async fn check_cached(
+        &self,
+        plan: &ImagePlan,
+        file: std::fs::File,
+        expected: &str,
+    ) -> Result<CacheCheck, VerifyError> {
+        if read_record(plan).as_deref() == Some(expected) {
+            return Ok(CacheCheck::Recorded);
+        }
+        let got = hash(file, plan.algo)
+            .await
+            .map_err(|source| VerifyError::Read {
+                path: plan.path.clone(),
+                source,
+            })?;
+        if got == expected {
+            record(plan, &got);
+            return Ok(CacheCheck::Matches);
+        }
+        forget(plan);
+        match std::fs::remove_file(&plan.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(VerifyError::Remove {
+                path: plan.path.clone(),
+                source: e,
+            }),
+            _ => Ok(CacheCheck::Removed),
+        }
+    }
+
     /// Downloads into a file of a random name in the cache, created
-    /// exclusively, renamed to the image's name once complete; removed on
-    /// failure.
+    /// exclusively; dropping it removes it.
     async fn download(
         &self,
         plan: &ImagePlan,
         progress: &(dyn Fn(u64, Option<u64>) + Send + Sync),
-    ) -> Result<(), ImageError> {
+    ) -> Result<NamedTempFile, ImageError> {
         let create = |source| ImageError::Create {
             path: self.cache_dir.clone(),
             source,
@@ -93,10 +246,10 @@ impl Images {
         // which ends it; the partial file goes with `part`.
         let max = self.max_bytes;
         let over = tokio::sync::Notify::new();
-        let exceeded = std::sync::atomic::AtomicBool::new(false);
+        let exceeded = AtomicBool::new(false);
         let watch = |done: u64, total: Option<u64>| {
             if done > max || total.is_some_and(|t| t > max) {
-                exceeded.store(true, std::sync::atomic::Ordering::SeqCst);
+                exceeded.store(true, Ordering::SeqCst);
                 over.notify_one();
             }
             progress(done, total);
@@ -109,17 +262,144 @@ impl Images {
         // A fetch that ended in the same turn as the cap was passed counts
         // as too large as well.
         match fetched {
-            _ if exceeded.load(std::sync::atomic::Ordering::SeqCst) => {
+            _ if exceeded.load(Ordering::SeqCst) => {
                 return Err(ImageError::TooLarge { max });
             }
             None => return Err(ImageError::TooLarge { max }),
             Some(fetched) => fetched?,
         }
-        drop(file);
-        part.persist(&plan.path)
-            .map(drop)
-            .map_err(|e| ImageError::Rename(e.error))
+        Ok(part)
     }
+
+    /// Checks a completed download against `expected` and renames it to
+    /// the image's name; one that does not match is deleted.
+    async fn keep(
+        &self,
+        plan: &ImagePlan,
+        part: NamedTempFile,
+        expected: &Expected,
+    ) -> Result<(), VerifyError> {
+        if let Expected::Sum(expected) = expected {
+            let file = part.reopen().map_err(|source| VerifyError::Read {
+                path: part.path().to_path_buf(),
+                source,
+            })?;
+            let got = hash(file, plan.algo)
+                .await
+                .map_err(|source| VerifyError::Read {
+                    path: part.path().to_path_buf(),
+                    source,
+                })?;
+            if got != *expected {
+                drop(part);
+                return Err(VerifyError::Mismatch {
+                    url: plan.list_url.clone(),
+                    algo: plan.algo,
+                    expected: expected.clone(),
+                    got,
+                });
+            }
+        }
+        // The old record must not vouch for the new file, not even for the
+        // moment between the rename and the new record.
+        forget(plan);
+        // A rename replaces whatever is at the name (a link itself, never
+        // what it points to).
+        part.persist(&plan.path)
+            .map_err(|e| ImageError::Rename(e.error))?;
+        if let Expected::Sum(sum) = expected {
+            record(plan, sum);
+        }
+        Ok(())
+    }
+}
+
+/// Opens the image at `path` without following a symbolic link (nor
+/// blocking on a FIFO someone put there).
+pub fn open_cached(path: &Path) -> std::io::Result<Cached> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    match opened {
+        Ok(file) if file.metadata()?.is_file() => Ok(Cached::File(file)),
+        Ok(_) => Ok(Cached::Untrusted("not a regular file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Cached::Absent),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(Cached::Untrusted("a symbolic link")),
+        Err(e) => Err(e),
+    }
+}
+
+/// The checksum the cached image was verified against, if recorded (a
+/// record that is a link, or unreadable, is none).
+fn read_record(plan: &ImagePlan) -> Option<String> {
+    let Ok(Cached::File(file)) = open_cached(&plan.record_path()) else {
+        return None;
+    };
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text).ok()?;
+    checksums::find(&text, plan.algo, &plan.file).ok().flatten()
+}
+
+/// Records that the cached image matches `sum`, atomically. A record that
+/// cannot be written costs a hash at the next install, no more: logged,
+/// not failed.
+fn record(plan: &ImagePlan, sum: &str) {
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let dir = plan.path.parent().unwrap_or(Path::new("."));
+        let mut part = tempfile::Builder::new().prefix(".part-").tempfile_in(dir)?;
+        part.write_all(checksums::record_line(sum, &plan.file).as_bytes())?;
+        part.persist(plan.record_path()).map_err(|e| e.error)?;
+        Ok(())
+    };
+    if let Err(e) = write() {
+        tracing::warn!(path = %plan.record_path().display(), error = %e, "cannot record the image checksum");
+    }
+}
+
+/// Removes the record of the cached image's checksum.
+fn forget(plan: &ImagePlan) {
+    match std::fs::remove_file(plan.record_path()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(path = %plan.record_path().display(), error = %e, "cannot remove the image checksum record");
+        }
+        _ => {}
+    }
+}
+
+/// Sets its flag when dropped: the future that waited for a hash is gone.
+struct Abandoned(Arc<AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Hashes `file` from where it stands (its start) on a blocking thread: a
+/// multi-GiB image takes seconds, which no async worker may spend. An
+/// install stopped meanwhile stops the hashing too.
+async fn hash(mut file: std::fs::File, algo: Algo) -> std::io::Result<String> {
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let _guard = Abandoned(abandoned.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let mut hasher = algo.hasher();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            if abandoned.load(Ordering::Relaxed) {
+                return Err(std::io::Error::other("the install was stopped"));
+            }
+            match file.read(&mut buf) {
+                Ok(0) => return Ok(hasher.finish()),
+                Ok(n) => hasher.update(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    task.await.map_err(std::io::Error::other)?
 }
 
 /// Creates the cache directory readable by its owner only (0700); one that
@@ -164,9 +444,30 @@ pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+/// What step `verifying OS image` says of an image checked against
+/// `expected` (or not, when the mirror gives no checksum).
+fn verdict(plan: &ImagePlan, expected: &Expected) -> String {
+    match expected {
+        Expected::Sum(_) => format!(
+            "[+] OS image matches the {} published at {}",
+            plan.algo.name(),
+            plan.list_url
+        ),
+        Expected::NoList => format!(
+            "[*] no checksum published at {}; image not verified",
+            plan.list_url
+        ),
+        Expected::NotListed => format!(
+            "[*] {} lists no checksum for {}; image not verified",
+            plan.list_url, plan.file
+        ),
+    }
+}
+
 impl Engine {
-    /// Stage `OS preparation`: the image URL, its check, the download (or
-    /// the cached file).
+    /// Stage `OS preparation`: the image URL, its check, the mirror's
+    /// checksum, then the cached file (checked) or the download (checked
+    /// before it takes the image's name).
     pub(super) async fn os_image_stage(
         &self,
         out: Out<'_>,
@@ -190,11 +491,72 @@ impl Engine {
 
         // A concurrent install of the same image finishes its download first.
         let _slot = self.images.hold(&plan).await;
-        if plan.path.is_file() {
-            let step = Step::new(out, Some("OS preparation"), "using OS image");
-            step.success(&format!("[+] using OS image {}", plan.path.display()));
-            return Ok(plan.path);
+        let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
+        let fail = |step: &Step<'_>, e: VerifyError| {
+            Failure::new(step, format!("[-] {e}"), Cleanup::Nothing)
+        };
+        let expected = self
+            .images
+            .expected(&plan)
+            .await
+            .map_err(|e| fail(&verify, e))?;
+        let cached = open_cached(&plan.path).map_err(|source| {
+            let e = VerifyError::Read {
+                path: plan.path.clone(),
+                source,
+            };
+            fail(&verify, e)
+        })?;
+        match cached {
+            Cached::Absent => {}
+            Cached::Untrusted(what) => verify.processing(format!(
+                "[*] {} is {what}: not trusted, the download replaces it",
+                plan.path.display()
+            )),
+            Cached::File(file) => {
+                let kept = match &expected {
+                    Expected::Sum(sum) => {
+                        verify.processing(format!(
+                            "[*] check cached OS image against {}",
+                            plan.list_url
+                        ));
+                        let check = self.images.check_cached(&plan, file, sum).await;
+                        match check.map_err(|e| fail(&verify, e))? {
+                            CacheCheck::Recorded => {
+                                verify.success(&format!(
+                                    "[+] OS image verified earlier against the {} published at {}",
+                                    plan.algo.name(),
+                                    plan.list_url
+                                ));
+                                true
+                            }
+                            CacheCheck::Matches => {
+                                verify.success(&verdict(&plan, &expected));
+                                true
+                            }
+                            CacheCheck::Removed => {
+                                verify.processing(format!(
+                                    "[*] cached OS image does not match the {} published at {}: removed, downloading it again",
+                                    plan.algo.name(),
+                                    plan.list_url
+                                ));
+                                false
+                            }
+                        }
+                    }
+                    Expected::NoList | Expected::NotListed => {
+                        verify.success(&verdict(&plan, &expected));
+                        true
+                    }
+                };
+                if kept {
+                    let step = Step::new(out, Some("OS preparation"), "using OS image");
+                    step.success(&format!("[+] using OS image {}", plan.path.display()));
+                    return Ok(plan.path);
+                }
+            }
         }
+
         let step = Step::new(out, Some("OS preparation"), "downloading OS image");
         step.processing("[*] start downloading OS image");
         let gate = ProgressGate::default();
@@ -212,7 +574,7 @@ impl Engine {
                 step.processing(line);
             }
         };
-        self.images.download(&plan, &progress).await.map_err(|e| {
+        let part = self.images.download(&plan, &progress).await.map_err(|e| {
             Failure::new(
                 &step,
                 format!("[-] failed to download OS image: {e}"),
@@ -220,6 +582,16 @@ impl Engine {
             )
         })?;
         step.success("[+] completed OS image download");
+
+        let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
+        if matches!(expected, Expected::Sum(_)) {
+            verify.processing(format!("[*] check OS image against {}", plan.list_url));
+        }
+        self.images
+            .keep(&plan, part, &expected)
+            .await
+            .map_err(|e| fail(&verify, e))?;
+        verify.success(&verdict(&plan, &expected));
         Ok(plan.path)
     }
 }
@@ -227,6 +599,9 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use app::os::find;
+    use tokio::io::AsyncWriteExt;
 
     #[test]
     fn the_cache_directory_is_private() {
@@ -237,18 +612,27 @@ mod tests {
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
     }
-    use std::path::Path;
 
-    use app::os::find;
-    use tokio::io::AsyncWriteExt;
-
-    /// A mirror that sends part of an image, then fails or completes.
-    struct Halfway {
+    /// A mirror that serves `image` (all of it, or a part and then fails)
+    /// and answers `list` for the checksum list (`Err(code)`: that status).
+    struct Fixed {
+        image: Vec<u8>,
         fail: bool,
+        list: Result<Option<String>, u16>,
+    }
+
+    impl Fixed {
+        fn serving(image: &[u8], list: Option<String>) -> Arc<Fixed> {
+            Arc::new(Fixed {
+                image: image.to_vec(),
+                fail: false,
+                list: Ok(list),
+            })
+        }
     }
 
     #[async_trait::async_trait]
-    impl Mirror for Halfway {
+    impl Mirror for Fixed {
         async fn check(&self, _: &str) -> Result<(), ImageError> {
             Ok(())
         }
@@ -259,62 +643,299 @@ mod tests {
             path: &Path,
             _: crate::mirror::Progress<'_>,
         ) -> Result<(), ImageError> {
-            let written = file.write_all(b"QFI").await;
-            written.map_err(|source| ImageError::Write {
+            let write_error = |source| ImageError::Write {
                 path: path.to_path_buf(),
                 source,
-            })?;
+            };
             if self.fail {
+                file.write_all(&self.image[..3])
+                    .await
+                    .map_err(write_error)?;
                 return Err(ImageError::Stalled);
             }
-            file.flush().await.map_err(|source| ImageError::Write {
-                path: path.to_path_buf(),
-                source,
+            file.write_all(&self.image).await.map_err(write_error)?;
+            file.flush().await.map_err(write_error)
+        }
+        async fn list(&self, url: &str) -> Result<Option<String>, ImageError> {
+            self.list.clone().map_err(|code| ImageError::Status {
+                method: "GET",
+                url: url.to_string(),
+                code,
             })
         }
     }
 
-    fn cache(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("pvedeck-images-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
     fn files(dir: &Path) -> Vec<String> {
-        std::fs::read_dir(dir)
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Debian 12's image in a cache of its own under `base`, from `mirror`.
+    fn debian(base: &Path, mirror: Arc<Fixed>) -> (Images, ImagePlan) {
+        let images = Images::bounded(mirror, base.join("images"), BTreeMap::new(), u64::MAX);
+        let plan = images.plan(&find(Os::Debian, "12").unwrap());
+        (images, plan)
+    }
+
+    const IMAGE: &[u8] = b"QFI\xfb the image";
+
+    fn debian_list(image: &[u8]) -> String {
+        checksums::record_line(&Algo::Sha512.hex(image), "debian-12-generic-amd64.qcow2")
+    }
+
+    #[test]
+    fn the_checksum_list_sits_beside_the_image() {
+        let images = Images::bounded(
+            Fixed::serving(IMAGE, None),
+            PathBuf::from("/c"),
+            BTreeMap::from([(Os::Rockylinux, "http://127.0.0.1:9/img".to_string())]),
+            u64::MAX,
+        );
+        let plan = images.plan(&find(Os::Debian, "12").unwrap());
+        assert_eq!(
+            plan.list_url,
+            "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS"
+        );
+        assert_eq!(
+            plan.record_path(),
+            Path::new("/c/debian-12-generic-amd64.qcow2.sha512")
+        );
+        let plan = images.plan(&find(Os::Ubuntu, "24.04").unwrap());
+        assert_eq!(
+            plan.list_url,
+            "https://cloud-images.ubuntu.com/releases/24.04/release/SHA256SUMS"
+        );
+        let plan = images.plan(&find(Os::Rockylinux, "9").unwrap());
+        assert_eq!(plan.list_url, "http://127.0.0.1:9/img/CHECKSUM");
+        assert_eq!(plan.algo, Algo::Sha256);
+    }
+
+    #[tokio::test]
+    async fn what_the_mirror_publishes_is_read_as_expected() {
+        let base = tempfile::tempdir().unwrap();
+        let expected = |list| async {
+            let mirror = Arc::new(Fixed {
+                image: IMAGE.to_vec(),
+                fail: false,
+                list,
+            });
+            let (images, plan) = debian(base.path(), mirror);
+            images.expected(&plan).await.map_err(|e| e.to_string())
+        };
+        let sum = Algo::Sha512.hex(IMAGE);
+        assert_eq!(
+            expected(Ok(Some(debian_list(IMAGE)))).await,
+            Ok(Expected::Sum(sum))
+        );
+        assert_eq!(expected(Ok(None)).await, Ok(Expected::NoList));
+        let other = checksums::record_line(&Algo::Sha512.hex(b"x"), "other.qcow2");
+        assert_eq!(expected(Ok(Some(other))).await, Ok(Expected::NotListed));
+        let list = "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS";
+        assert_eq!(
+            expected(Ok(Some("<html>proxy login</html>".into()))).await,
+            Err(format!(
+                "cannot use the checksum list {list}: it holds no SHA-512 checksum line"
+            ))
+        );
+        assert_eq!(
+            expected(Err(503)).await,
+            Err(format!(
+                "cannot get the OS image checksums from {list}: GET {list} answered 503"
+            ))
+        );
     }
 
     #[tokio::test]
     async fn a_download_is_renamed_when_complete_and_leaves_nothing_when_not() {
-        let release = find(Os::Debian, "12").unwrap();
-        let dir = cache("partial");
-        let failing = Images::bounded(
-            Arc::new(Halfway { fail: true }),
-            dir.clone(),
-            BTreeMap::new(),
-            u64::MAX,
-        );
-        let plan = failing.plan(&release);
-        let e = failing.download(&plan, &|_, _| {}).await.unwrap_err();
+        let base = tempfile::tempdir().unwrap();
+        let failing = Arc::new(Fixed {
+            image: IMAGE.to_vec(),
+            fail: true,
+            list: Ok(None),
+        });
+        let (images, plan) = debian(base.path(), failing);
+        let e = images.download(&plan, &|_, _| {}).await.unwrap_err();
         assert_eq!(e.to_string(), "no data for 60s");
-        assert_eq!(files(&dir), Vec::<String>::new(), "no partial file stays");
-
-        let working = Images::bounded(
-            Arc::new(Halfway { fail: false }),
-            dir.clone(),
-            BTreeMap::new(),
-            u64::MAX,
+        assert_eq!(
+            files(&images.cache_dir),
+            Vec::<String>::new(),
+            "no partial file stays"
         );
-        working.download(&plan, &|_, _| {}).await.unwrap();
-        assert_eq!(files(&dir), ["debian-12-generic-amd64.qcow2"]);
-        assert_eq!(std::fs::read(&plan.path).unwrap(), b"QFI");
+
+        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, None));
+        let part = images.download(&plan, &|_, _| {}).await.unwrap();
+        images.keep(&plan, part, &Expected::NoList).await.unwrap();
+        assert_eq!(files(&images.cache_dir), ["debian-12-generic-amd64.qcow2"]);
+        assert_eq!(std::fs::read(&plan.path).unwrap(), IMAGE);
+    }
+
+    #[tokio::test]
+    async fn a_download_that_does_not_match_the_published_checksum_is_deleted() {
+        let base = tempfile::tempdir().unwrap();
+        let list = debian_list(b"another image");
+        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(list)));
+        let expected = images.expected(&plan).await.unwrap();
+        let part = images.download(&plan, &|_, _| {}).await.unwrap();
+        let e = images.keep(&plan, part, &expected).await.unwrap_err();
+        assert!(
+            matches!(&e, VerifyError::Mismatch { got, .. } if *got == Algo::Sha512.hex(IMAGE)),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with(
+            "OS image does not match the SHA-512 published at https://cloud.debian.org/"
+        ));
+        assert_eq!(files(&images.cache_dir), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_matching_download_is_kept_with_a_record_of_its_checksum() {
+        let base = tempfile::tempdir().unwrap();
+        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(debian_list(IMAGE))));
+        let expected = images.expected(&plan).await.unwrap();
+        let part = images.download(&plan, &|_, _| {}).await.unwrap();
+        images.keep(&plan, part, &expected).await.unwrap();
+        assert_eq!(
+            files(&images.cache_dir),
+            [
+                "debian-12-generic-amd64.qcow2",
+                "debian-12-generic-amd64.qcow2.sha512"
+            ]
+        );
+        // `sha512sum -c` reads the record as it reads the mirror's list.
+        assert_eq!(
+            std::fs::read_to_string(plan.record_path()).unwrap(),
+            debian_list(IMAGE)
+        );
+        assert_eq!(read_record(&plan), Some(Algo::Sha512.hex(IMAGE)));
+    }
+
+    #[tokio::test]
+    async fn a_link_at_the_image_s_name_is_neither_followed_nor_trusted() {
+        let base = tempfile::tempdir().unwrap();
+        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(debian_list(IMAGE))));
+        private_dir(&images.cache_dir).unwrap();
+        // The link points at a file that even matches the mirror's checksum,
+        // with a record saying so: still not used.
+        let elsewhere = base.path().join("planted.qcow2");
+        std::fs::write(&elsewhere, IMAGE).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &plan.path).unwrap();
+        std::fs::write(plan.record_path(), debian_list(IMAGE)).unwrap();
+        assert!(matches!(
+            open_cached(&plan.path).unwrap(),
+            Cached::Untrusted("a symbolic link")
+        ));
+
+        // The download takes the link's place; what it pointed to is untouched.
+        std::fs::write(&elsewhere, b"precious").unwrap();
+        let expected = images.expected(&plan).await.unwrap();
+        let part = images.download(&plan, &|_, _| {}).await.unwrap();
+        images.keep(&plan, part, &expected).await.unwrap();
+        let meta = std::fs::symlink_metadata(&plan.path).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(std::fs::read(&plan.path).unwrap(), IMAGE);
+        assert_eq!(std::fs::read(&elsewhere).unwrap(), b"precious");
+        assert!(matches!(open_cached(&plan.path).unwrap(), Cached::File(_)));
+
+        // A record that is a link is no record either.
+        std::fs::remove_file(plan.record_path()).unwrap();
+        let record = base.path().join("planted.sha512");
+        std::fs::write(&record, debian_list(IMAGE)).unwrap();
+        std::os::unix::fs::symlink(&record, plan.record_path()).unwrap();
+        assert_eq!(read_record(&plan), None);
+    }
+
+    #[test]
+    fn a_fifo_at_the_image_s_name_is_not_trusted_and_does_not_block() {
+        let base = tempfile::tempdir().unwrap();
+        let fifo = base.path().join("debian-12-generic-amd64.qcow2");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(matches!(
+            open_cached(&fifo).unwrap(),
+            Cached::Untrusted("not a regular file")
+        ));
+        assert!(matches!(
+            open_cached(&base.path().join("absent")).unwrap(),
+            Cached::Absent
+        ));
+    }
+
+    /// Puts `content` at the image's name, with a record of `recorded`.
+    fn cache(images: &Images, plan: &ImagePlan, content: &[u8], recorded: Option<&[u8]>) {
+        private_dir(&images.cache_dir).unwrap();
+        std::fs::write(&plan.path, content).unwrap();
+        let _ = std::fs::remove_file(plan.record_path());
+        if let Some(recorded) = recorded {
+            std::fs::write(plan.record_path(), debian_list(recorded)).unwrap();
+        }
+    }
+
+    fn opened(plan: &ImagePlan) -> std::fs::File {
+        match open_cached(&plan.path).unwrap() {
+            Cached::File(file) => file,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cached_image_is_hashed_again_only_when_its_record_differs() {
+        let base = tempfile::tempdir().unwrap();
+        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, None));
+        let sum = Algo::Sha512.hex(IMAGE);
+
+        // The record holds the mirror's checksum: the file is not read (it
+        // would not match).
+        cache(
+            &images,
+            &plan,
+            b"changed behind pvedeck's back",
+            Some(IMAGE),
+        );
+        let check = images.check_cached(&plan, opened(&plan), &sum).await;
+        assert_eq!(check.unwrap(), CacheCheck::Recorded);
+
+        // No record: hashed, it matches, the record is written.
+        cache(&images, &plan, IMAGE, None);
+        let check = images.check_cached(&plan, opened(&plan), &sum).await;
+        assert_eq!(check.unwrap(), CacheCheck::Matches);
+        assert_eq!(read_record(&plan), Some(sum.clone()));
+
+        // A record of another checksum: hashed, it matches the new one.
+        cache(&images, &plan, IMAGE, Some(b"the old image"));
+        let check = images.check_cached(&plan, opened(&plan), &sum).await;
+        assert_eq!(check.unwrap(), CacheCheck::Matches);
+        assert_eq!(read_record(&plan), Some(sum));
+
+        // The mirror has a new image: the old one goes, with its record.
+        cache(&images, &plan, IMAGE, Some(IMAGE));
+        let new = Algo::Sha512.hex(b"the new image");
+        let check = images.check_cached(&plan, opened(&plan), &new).await;
+        assert_eq!(check.unwrap(), CacheCheck::Removed);
+        assert_eq!(files(&images.cache_dir), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn hashing_runs_off_the_async_workers_and_reads_the_whole_file() {
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("big");
+        // Three buffers and a bit: the loop's edges.
+        let content: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        assert_eq!(
+            hash(file, Algo::Sha256).await.unwrap(),
+            Algo::Sha256.hex(&content)
+        );
     }
 
     #[test]

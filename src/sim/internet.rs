@@ -1,6 +1,7 @@
 //! The simulated cluster's internet: the official image mirrors answer from
 //! here, at about 25 MB/s of simulated time, with a file that has a real
 //! qcow2 header (so the simulated `qm importdisk` reads its virtual size).
+//! Each mirror publishes its checksum list of those files, in its own format.
 //! A mirror of `IMAGE_BASE_<OS>` is a real one: those URLs go to the web.
 
 use std::path::Path;
@@ -9,6 +10,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncWriteExt;
 
 use crate::clock::Clock;
+use crate::mirror::checksums::published;
 use crate::mirror::{Http, ImageError, Mirror, Progress};
 use app::os::{Os, RELEASES};
 
@@ -30,6 +32,39 @@ fn virtual_gib(url: &str) -> u64 {
         Some(Os::Rockylinux) => 10,
         Some(Os::Debian) | None => 2,
     }
+}
+
+/// The file served for an image: a qcow2 header of its virtual size.
+fn image(url: &str) -> Vec<u8> {
+    let gib = virtual_gib(url);
+    let mut header = vec![0u8; 512];
+    header[..4].copy_from_slice(b"QFI\xfb");
+    header[4..8].copy_from_slice(&3u32.to_be_bytes());
+    header[24..32].copy_from_slice(&(gib << 30).to_be_bytes());
+    header
+}
+
+/// The checksum list at `url`, in the format of the mirror that publishes
+/// it there (lines for every release the directory holds), or `None`.
+fn list(url: &str) -> Option<String> {
+    let (dir, name) = url.rsplit_once('/')?;
+    let mut text = String::new();
+    for release in RELEASES {
+        let file = release.file_name();
+        let official = release.image_url(None);
+        let published = published(release.os);
+        if official != format!("{dir}/{file}") || published.list != name {
+            continue;
+        }
+        let bytes = image(&official);
+        let hex = published.algo.hex(&bytes);
+        text.push_str(&match release.os {
+            Os::Debian => format!("{hex}  {file}\n"),
+            Os::Ubuntu => format!("{hex} *{file}\n"),
+            Os::Rockylinux => format!("# {file}: {} bytes\nSHA256 ({file}) = {hex}\n", bytes.len()),
+        });
+    }
+    (!text.is_empty()).then_some(text)
 }
 
 impl SimInternet {
@@ -66,23 +101,26 @@ impl Mirror for SimInternet {
         if self.is_real(url) {
             return self.web.fetch(url, file, path, progress).await;
         }
-        let gib = virtual_gib(url);
-        let total = gib * (200 << 20);
+        let total = virtual_gib(url) * (200 << 20);
         let chunks = 50u64;
         for i in 1..=chunks {
             self.clock.sleep(total / (25 << 20) * 1000 / chunks).await;
             progress(total * i / chunks, Some(total));
         }
-        let mut header = vec![0u8; 512];
-        header[..4].copy_from_slice(b"QFI\xfb");
-        header[4..8].copy_from_slice(&3u32.to_be_bytes());
-        header[24..32].copy_from_slice(&(gib << 30).to_be_bytes());
         let write_error = |source| ImageError::Write {
             path: path.to_path_buf(),
             source,
         };
-        file.write_all(&header).await.map_err(write_error)?;
+        file.write_all(&image(url)).await.map_err(write_error)?;
         file.flush().await.map_err(write_error)
+    }
+
+    async fn list(&self, url: &str) -> Result<Option<String>, ImageError> {
+        if self.is_real(url) {
+            return self.web.list(url).await;
+        }
+        self.clock.sleep(300).await;
+        Ok(list(url))
     }
 }
 
@@ -98,5 +136,22 @@ mod tests {
         let net = SimInternet::new(Clock::new(1000.0), web, ["http://127.0.0.1:9/img".into()]);
         assert!(net.is_real("http://127.0.0.1:9/img/debian-12-generic-amd64.qcow2"));
         assert!(!net.is_real(&release.image_url(None)));
+    }
+
+    #[test]
+    fn each_mirror_publishes_the_checksums_of_what_it_serves() {
+        use crate::mirror::checksums::find;
+        for release in RELEASES {
+            let url = release.image_url(None);
+            let published = published(release.os);
+            let (dir, _) = url.rsplit_once('/').unwrap();
+            let text = list(&format!("{dir}/{}", published.list)).unwrap();
+            let sum = find(&text, published.algo, &release.file_name()).unwrap();
+            assert_eq!(sum, Some(published.algo.hex(&image(&url))), "{url}");
+        }
+        let debian = app::os::find(Os::Debian, "12").unwrap().image_url(None);
+        let (dir, _) = debian.rsplit_once('/').unwrap();
+        assert_eq!(list(&format!("{dir}/SHA256SUMS")), None);
+        assert_eq!(list(&format!("{dir}/nothing")), None);
     }
 }

@@ -482,19 +482,61 @@ pub async fn node_state(server: &Server, node: &str, state: &str) {
     assert_eq!((status, body.as_str()), (200, "ok"));
 }
 
-/// A local HTTP server with one small qcow2 image (virtual size 2 GiB) under
-/// `/img/`; anything else is 404. Returns its base URL.
-pub async fn image_server() -> String {
-    use axum::routing::get;
+/// A small qcow2 image of virtual size 2 GiB; `tag` tells images apart.
+pub fn qcow2(tag: u8) -> Vec<u8> {
     let mut image = vec![0u8; 4096];
     image[..4].copy_from_slice(b"QFI\xfb");
     image[24..32].copy_from_slice(&(2u64 << 30).to_be_bytes());
+    image[4095] = tag;
+    image
+}
+
+/// The checksum list a mirror publishes as `list` (`SHA512SUMS`,
+/// `SHA256SUMS`, `CHECKSUM`), in that mirror's format, giving every image
+/// of its OS the checksum of `image`; `None` for another name.
+pub fn checksum_list(list: &str, image: &[u8]) -> Option<String> {
+    use sha2::Digest;
+    let hex = |digest: &[u8]| {
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let (os, sum) = match list {
+        "SHA512SUMS" => (app::os::Os::Debian, hex(&sha2::Sha512::digest(image))),
+        "SHA256SUMS" => (app::os::Os::Ubuntu, hex(&sha2::Sha256::digest(image))),
+        "CHECKSUM" => (app::os::Os::Rockylinux, hex(&sha2::Sha256::digest(image))),
+        _ => return None,
+    };
+    let lines = app::os::RELEASES.iter().filter(|r| r.os == os).map(|r| {
+        let file = r.file_name();
+        match os {
+            app::os::Os::Debian => format!("{sum}  {file}\n"),
+            app::os::Os::Ubuntu => format!("{sum} *{file}\n"),
+            app::os::Os::Rockylinux => format!("# {file}: 4096 bytes\nSHA256 ({file}) = {sum}\n"),
+        }
+    });
+    Some(lines.collect())
+}
+
+/// A local HTTP server with one small qcow2 image (virtual size 2 GiB) under
+/// `/img/`, and the checksum lists of the three mirrors, which give it;
+/// anything else is 404. Returns its base URL.
+pub async fn image_server() -> String {
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    let image = qcow2(0);
     let app = axum::Router::new().route(
         "/img/{file}",
-        get(move || {
-            let image = image.clone();
-            async move { image }
-        }),
+        get(
+            move |axum::extract::Path(file): axum::extract::Path<String>| {
+                let image = image.clone();
+                async move {
+                    let list = checksum_list(&file, &image);
+                    list.map_or_else(|| image.into_response(), IntoResponse::into_response)
+                }
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
