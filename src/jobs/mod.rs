@@ -605,7 +605,9 @@ mod tests {
                 on_stop: OnStop::Destroy,
             }));
             let id = job.id();
-            // The process "dies": the handle is never finished nor dropped.
+            // What the writer had written when the process "dies": the
+            // handle is never finished nor dropped.
+            jobs.flush().await.unwrap();
             std::mem::forget(job);
             id
         };
