@@ -11,6 +11,8 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod engine;
+#[cfg(test)]
+mod fuzz;
 pub mod jobs;
 pub mod mirror;
 pub mod net;

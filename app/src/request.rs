@@ -791,3 +791,312 @@ mod tests {
         );
     }
 }
+
+/// Property tests: any JSON, as a body of any route, decodes without
+/// panicking and is either a checked request within the rules or a
+/// refusal that says something.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed};
+    use serde_json::{Map, Value};
+
+    use super::*;
+
+    /// A fixed seed: `cargo test` answers the same on every run;
+    /// `PROPTEST_RNG_SEED` and `PROPTEST_CASES` explore further.
+    fn config(cases: u32) -> Config {
+        let base = Config::default();
+        let set = |name: &str| std::env::var_os(name).is_some();
+        Config {
+            cases: if set("PROPTEST_CASES") {
+                base.cases
+            } else {
+                cases
+            },
+            rng_seed: if set("PROPTEST_RNG_SEED") {
+                base.rng_seed
+            } else {
+                RngSeed::Fixed(0x11_f022)
+            },
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    fn any_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(any::<char>(), 0..40).prop_map(String::from_iter)
+    }
+
+    /// Any JSON value: numbers past every integer type, fractions, any
+    /// text, nested arrays and objects.
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any_text().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(any_text(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host";
+
+    /// What a client may put in a field: what the field takes, something
+    /// close to it, or anything at all.
+    fn value(field: &'static str) -> BoxedStrategy<Value> {
+        let text = |re: &'static str| re.prop_map(Value::from).boxed();
+        let (valid, near): (BoxedStrategy<Value>, BoxedStrategy<Value>) = match field {
+            "name" => (
+                text("([a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?)?"),
+                text("[a-zA-Z0-9_. -]{0,70}"),
+            ),
+            "node" => (text("pve[1-9]"), text("[a-zA-Z0-9_. -]{0,70}")),
+            "id" => (
+                (-10i64..300).prop_map(Value::from).boxed(),
+                prop_oneof![
+                    9000i64..9100,
+                    Just(i64::MAX),
+                    Just(i64::MIN),
+                    Just(4_294_967_397)
+                ]
+                .prop_map(Value::from)
+                .boxed(),
+            ),
+            "cpu" | "ram" | "memory" => (
+                (-10i64..70_000).prop_map(Value::from).boxed(),
+                any::<i64>().prop_map(Value::from).boxed(),
+            ),
+            "disk" => (text("[0-9]{1,6}G"), text("-?[0-9]{0,9}[GgMT]?B?")),
+            "user" => (
+                text("[a-z_][a-z0-9_-]{0,20}"),
+                text("[a-zA-Z_][a-z0-9_-]{0,34}"),
+            ),
+            "passwd" => (
+                text("[^\n\r\x00]{0,30}"),
+                any_text().prop_map(Value::from).boxed(),
+            ),
+            "pubkey" => (
+                Just(Value::from(KEY)).boxed(),
+                prop_oneof![
+                    (0usize..KEY.len()).prop_map(|n| KEY[..n].to_string()),
+                    any_text().prop_map(|t| format!("{KEY}{t}")),
+                ]
+                .prop_map(Value::from)
+                .boxed(),
+            ),
+            "method" => (
+                prop::sample::select(&["import", "clone"][..])
+                    .prop_map(Value::from)
+                    .boxed(),
+                prop::sample::select(&["Clone", "", " import"][..])
+                    .prop_map(Value::from)
+                    .boxed(),
+            ),
+            _ => (any_text().prop_map(Value::from).boxed(), json().boxed()),
+        };
+        prop_oneof![6 => valid, 2 => near, 1 => json()].boxed()
+    }
+
+    /// The release fields: a release pvedeck knows, or not.
+    fn release() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+        let known = prop::sample::select(
+            os::RELEASES
+                .iter()
+                .map(|r| (r.os.name(), r.version))
+                .collect::<Vec<_>>(),
+        )
+        .prop_map(|(os, version)| vec![("os", Value::from(os)), ("version", Value::from(version))]);
+        let other = (
+            proptest::option::of(prop_oneof![
+                prop::sample::select(&["debian", "ubuntu", "rockylinux", "Debian", "arch", ""][..])
+                    .prop_map(Value::from),
+                json(),
+            ]),
+            proptest::option::of(prop_oneof![
+                prop::sample::select(&["12", "22.04", "9", "10", " 12", ""][..])
+                    .prop_map(Value::from),
+                prop::sample::select(&[12.0, 22.04, 9.0, 1e300][..]).prop_map(Value::from),
+                (0i64..30).prop_map(Value::from),
+                json(),
+            ]),
+        )
+            .prop_map(|(os, version)| {
+                [("os", os), ("version", version)]
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect()
+            });
+        prop_oneof![3 => known, 1 => other]
+    }
+
+    const FIELDS: &[&str] = &[
+        "name", "id", "node", "cpu", "ram", "disk", "user", "passwd", "pubkey", "method", "memory",
+    ];
+
+    /// An object of some of the fields a request has, and others.
+    fn body() -> impl Strategy<Value = Value> {
+        let fields: Vec<BoxedStrategy<Option<Value>>> = FIELDS
+            .iter()
+            .map(|f| proptest::option::weighted(0.4, value(f)).boxed())
+            .collect();
+        let object = (
+            release(),
+            fields,
+            prop::collection::btree_map(any_text(), json(), 0..3),
+        )
+            .prop_map(|(release, values, extra)| {
+                let mut object: Map<String, Value> = extra.into_iter().collect();
+                let named = FIELDS
+                    .iter()
+                    .zip(values)
+                    .filter_map(|(k, v)| v.map(|v| (*k, v)));
+                for (name, value) in release.into_iter().chain(named) {
+                    object.insert(name.to_string(), value);
+                }
+                Value::Object(object)
+            });
+        prop_oneof![6 => object, 1 => json()]
+    }
+
+    /// `VM_MAX_*` as the server's configuration admits them.
+    fn limits() -> impl Strategy<Value = Limits> {
+        use proptest::option::of;
+        let ram = rules::MIN_RAM_MB as u32;
+        let disk = rules::MIN_DISK_GB as u32;
+        (
+            of(1..=rules::CPU_CEILING),
+            of(prop_oneof![Just(ram), ram..]),
+            of(prop_oneof![Just(disk), disk..]),
+        )
+            .prop_map(|(max_cpu, max_ram_mb, max_disk_gb)| Limits {
+                max_cpu,
+                max_ram_mb,
+                max_disk_gb,
+            })
+    }
+
+    /// `value` as a body of type `B`, checked: whatever it decodes to is
+    /// accepted with `accepted` holding, or refused with a message.
+    fn judged<B: Body>(
+        value: &Value,
+        limits: &Limits,
+        accepted: impl FnOnce(B::Checked) -> Result<(), TestCaseError>,
+    ) -> Result<(), TestCaseError> {
+        // A JSON text that is no body is the server's to refuse (`decode`).
+        let Ok(body) = serde_json::from_value::<B>(value.clone()) else {
+            return Ok(());
+        };
+        match body.check(limits) {
+            Ok(checked) => accepted(checked),
+            Err(Refusal(message)) => {
+                prop_assert!(!message.trim().is_empty());
+                Ok(())
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(4000))]
+
+        #[test]
+        fn any_install_body_is_a_request_within_the_rules_or_refused(
+            value in body(),
+            limits in limits(),
+        ) {
+            if value.is_object() {
+                // Every field takes any value: only `check` may refuse.
+                prop_assert!(serde_json::from_value::<InstallBody>(value.clone()).is_ok());
+            }
+            judged::<InstallBody>(&value, &limits, |r| {
+                prop_assert!(os::find(r.release.os, r.release.version).is_some());
+                prop_assert!(rules::is_vm_name(&r.name), "{}", r.name);
+                prop_assert!(r.node.as_ref().is_none_or(|n| rules::is_dns_label(n.as_str())));
+                prop_assert!(rules::is_linux_user(&r.user), "{}", r.user);
+                prop_assert!(rules::is_single_line(r.passwd.expose()));
+                prop_assert!(r.pubkey.as_deref().is_none_or(rules::is_openssh_key));
+                prop_assert!(r.id != Some(0));
+                prop_assert!(r.disk_gb <= 999_999);
+                let clamped = limits.clamp_cpu(r.cpu).value();
+                prop_assert!((1..=limits.cpu()).contains(&clamped));
+                prop_assert!(limits.clamp_ram(r.ram).value() >= rules::MIN_RAM_MB);
+                prop_assert!(limits.clamp_disk(r.disk_gb).value() >= rules::MIN_DISK_GB);
+                Ok(())
+            })?;
+            judged::<TemplateBody>(&value, &limits, |release| {
+                prop_assert!(os::find(release.os, release.version).is_some());
+                Ok(())
+            })?;
+        }
+
+        #[test]
+        fn any_set_body_is_a_value_within_the_limits_or_refused(
+            value in body(),
+            limits in limits(),
+        ) {
+            judged::<SetCpu>(&value, &limits, |cores| {
+                prop_assert!((1..=limits.cpu()).contains(&cores.get()));
+                Ok(())
+            })?;
+            judged::<SetMemory>(&value, &limits, |mb| {
+                prop_assert!(mb.get() >= rules::MIN_RAM_MB);
+                prop_assert!(limits.max_ram_mb.is_none_or(|max| mb.get() <= u64::from(max)));
+                Ok(())
+            })?;
+            judged::<SetDisk>(&value, &limits, |growth| {
+                prop_assert!((1..=999_999).contains(&growth.gib()));
+                Ok(())
+            })?;
+            judged::<SetNode>(&value, &limits, |node| {
+                prop_assert!(rules::is_dns_label(node.as_str()));
+                Ok(())
+            })?;
+        }
+
+        #[test]
+        fn any_json_text_decodes_or_fails_without_panicking(text in any_text()) {
+            let _ = serde_json::from_str::<InstallBody>(&text);
+            let _ = serde_json::from_str::<SetCpu>(&text);
+        }
+
+        #[test]
+        fn form_inputs_read_as_fields(raw in any_text(), n in any::<i64>()) {
+            let _ = (Field::number(&raw), Field::text(&raw));
+            prop_assert_eq!(Field::number(&format!(" {n} ")), Field::Given(n));
+            prop_assert_eq!(Field::text(&raw).is_absent(), raw.trim().is_empty());
+        }
+
+        #[test]
+        fn a_body_the_browser_sends_reads_back_the_same(value in body()) {
+            // What the create form sends: the fields it holds, nothing wrong.
+            let Ok(mut body) = serde_json::from_value::<InstallBody>(value) else {
+                return Ok(());
+            };
+            for wrong in [&mut body.os, &mut body.name, &mut body.node, &mut body.disk,
+                          &mut body.user, &mut body.passwd, &mut body.pubkey, &mut body.method] {
+                if *wrong == Field::Wrong {
+                    *wrong = Field::Absent;
+                }
+            }
+            for wrong in [&mut body.id, &mut body.cpu, &mut body.ram] {
+                if *wrong == Field::Wrong {
+                    *wrong = Field::Absent;
+                }
+            }
+            if body.version == Field::Wrong {
+                body.version = Field::Absent;
+            }
+            let json = serde_json::to_string(&body).unwrap();
+            prop_assert_eq!(serde_json::from_str::<InstallBody>(&json).unwrap(), body);
+        }
+    }
+}

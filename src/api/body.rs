@@ -91,3 +91,65 @@ mod tests {
         assert!(decode::<SetCpu>(br#" {"cpu":"four","other":[1,{"a":2}]}"#).is_ok());
     }
 }
+
+/// Property tests: any bytes sent as a body are a wire type or a 400 with
+/// a message — never a panic, never a non-object taken for a body.
+#[cfg(test)]
+mod fuzz {
+    use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
+    use axum::http::StatusCode;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{config, json_value, output};
+
+    const SEEDS: &[&str] = &[
+        r#"{"os":"debian","version":"12","name":"web","id":106,"node":"pve2","cpu":4,"ram":4096,"disk":"32G","user":"debian","passwd":"pw","pubkey":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host","method":"clone"}"#,
+        r#"{"os":"ubuntu","version":24.04}"#,
+        r#"{"cpu":4}"#,
+        r#"{"memory":8192}"#,
+        r#"{"disk":"10G"}"#,
+        r#"{"node":"pve2"}"#,
+    ];
+
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            output(SEEDS).prop_map(String::into_bytes),
+            json_value().prop_map(|v| v.to_string().into_bytes()),
+            prop::collection::vec(any::<u8>(), 0..100),
+            // Nested past serde_json's depth limit.
+            (1usize..400, prop::sample::select(&["[", "{\"a\":"][..]))
+                .prop_map(|(n, open)| open.repeat(n).into_bytes()),
+        ]
+    }
+
+    /// `decode` of `bytes` as `T`: a body exactly when it is an object
+    /// that reads as `T`, else a 400 that says why.
+    fn decoded_as<T: DeserializeOwned>(bytes: &[u8]) -> Result<(), TestCaseError> {
+        let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        let reads = serde_json::from_slice::<T>(bytes).is_ok();
+        match decode::<T>(bytes) {
+            Ok(_) => prop_assert!(object && reads),
+            Err(e) => {
+                prop_assert!(!(object && reads));
+                prop_assert_eq!(e.status, StatusCode::BAD_REQUEST);
+                prop_assert!(!e.message.is_empty());
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(3000))]
+
+        #[test]
+        fn any_bytes_are_a_body_or_a_400(bytes in body()) {
+            decoded_as::<InstallBody>(&bytes)?;
+            decoded_as::<TemplateBody>(&bytes)?;
+            decoded_as::<SetCpu>(&bytes)?;
+            decoded_as::<SetMemory>(&bytes)?;
+            decoded_as::<SetDisk>(&bytes)?;
+            decoded_as::<SetNode>(&bytes)?;
+        }
+    }
+}

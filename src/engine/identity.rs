@@ -204,3 +204,43 @@ mod tests {
         assert_eq!(shared(&a, "m2", "ssh-ed25519 K2"), None);
     }
 }
+
+/// Property tests: any host-key line a guest reports gets a fingerprint
+/// or none, never a panic; a real one gets `ssh-keygen -l`'s.
+#[cfg(test)]
+mod fuzz {
+    use base64::Engine as _;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{config, output};
+
+    const SEEDS: &[&str] = &[
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl root@web1\n",
+        "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY=",
+    ];
+
+    proptest! {
+        #![proptest_config(config(3000))]
+
+        #[test]
+        fn any_host_key_line_has_a_fingerprint_or_none(line in output(SEEDS)) {
+            if let Some(print) = fingerprint(&line) {
+                prop_assert!(print.starts_with("SHA256:") && print.len() == 50, "{}", print);
+            }
+        }
+
+        #[test]
+        fn a_key_blob_gets_its_sha256(
+            kind in "[a-z0-9-]{1,20}",
+            blob in prop::collection::vec(any::<u8>(), 1..120),
+            comment in "( [^\\s]{1,20}){0,2}",
+        ) {
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let line = format!("{kind} {}{comment}", b64.encode(&blob));
+            let expected = base64::engine::general_purpose::STANDARD_NO_PAD
+                .encode(sha2::Sha256::digest(&blob));
+            prop_assert_eq!(fingerprint(&line), Some(format!("SHA256:{expected}")));
+        }
+    }
+}

@@ -304,3 +304,35 @@ mod tests {
         );
     }
 }
+
+/// Property tests: a relayed line of any length and any characters is cut
+/// on a character boundary at [`MAX_LINE`], saying how much went.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::config;
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        #[test]
+        fn a_line_is_cut_on_a_character_boundary(
+            line in prop::collection::vec(any::<char>(), 0..3000).prop_map(String::from_iter),
+            repeat in 1usize..4,
+        ) {
+            let line = line.repeat(repeat);
+            let clipped = clip(&line);
+            if line.len() <= MAX_LINE {
+                prop_assert_eq!(clipped.as_ref(), line.as_str());
+            } else {
+                let (kept, note) = clipped.rsplit_once("… (").unwrap();
+                prop_assert!(kept.len() <= MAX_LINE && kept.len() > MAX_LINE - 4);
+                prop_assert!(line.starts_with(kept));
+                prop_assert_eq!(note, format!("{} bytes cut)", line.len() - kept.len()));
+            }
+            let _ = one_line(&line);
+        }
+    }
+}

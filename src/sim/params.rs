@@ -307,3 +307,95 @@ mod tests {
         );
     }
 }
+
+/// Property tests: any option list gets `qm`'s answer — accepted, or
+/// refused in its words — never a panic; tags normalise once and for all.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{config, output, text};
+
+    const KEYS: &[&str] = &[
+        "name",
+        "cores",
+        "sockets",
+        "vcpus",
+        "memory",
+        "balloon",
+        "numa",
+        "ciupgrade",
+        "onboot",
+        "cpu",
+        "scsihw",
+        "ostype",
+        "agent",
+        "net0",
+        "serial0",
+        "tags",
+        "ipconfig0",
+        "boot",
+        "scsi0",
+        "sshkeys",
+        "cipassword",
+        "ciuser",
+        "delete",
+        "digest",
+        "skiplock",
+        "frobnicate",
+    ];
+
+    /// Values of the options pvedeck sends, to be edited.
+    const VALUES: &[&str] = &[
+        "web-106",
+        "2",
+        "current=2048",
+        "x86-64-v2-AES",
+        "virtio-scsi-single",
+        "l26",
+        "enabled=1,fstrim_cloned_disks=1",
+        "virtio,bridge=vmbr0",
+        "socket",
+        "debian;pvedeck",
+        "ip=192.168.0.106/24,gw=192.168.0.1",
+        "ip=dhcp,ip6=auto",
+        "order=scsi0",
+        "local-zfs:vm-106-disk-0,iothread=1,size=16G",
+        "$6$rounds=5000$salt$hash",
+    ];
+
+    fn option() -> impl Strategy<Value = (String, String)> {
+        (
+            prop_oneof![prop::sample::select(KEYS).prop_map(str::to_string), text()],
+            output(VALUES),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(3000))]
+
+        #[test]
+        fn any_option_list_gets_qms_answer(
+            verb in prop_oneof![Just(Verb::Create), Just(Verb::Set)],
+            options in prop::collection::vec(option(), 0..6),
+        ) {
+            if let Err(message) = verify(verb, &options) {
+                prop_assert!(
+                    message.starts_with("400 Parameter verification failed.\n")
+                        || (message.starts_with("Unknown option: ")
+                            && message.ends_with("\n400 unable to parse option")),
+                    "{}", message
+                );
+            }
+        }
+
+        #[test]
+        fn tags_normalise_once(tags in output(VALUES)) {
+            let once = normalize_tags(&tags);
+            prop_assert_eq!(normalize_tags(&once), once.clone());
+            prop_assert!(!once.split(';').any(|t| t.contains([',', ' '])));
+            let _ = (is_dns_name(&tags), is_tag(&tags));
+        }
+    }
+}

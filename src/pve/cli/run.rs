@@ -324,3 +324,60 @@ mod tests {
         assert!(matches!(freed, Ok(Ok(true))), "the command was not killed");
     }
 }
+
+/// Property tests: whatever the arguments hold (quotes, `$`, newlines,
+/// any character), the node's shell gets back exactly the words pvedeck
+/// meant, and a password value never reaches a log line.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{config, text};
+
+    fn runner() -> Runner {
+        Runner::new(
+            "pve1".into(),
+            [("pve2".to_string(), Ipv4Addr::new(10, 0, 0, 12))]
+                .into_iter()
+                .collect(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(2000))]
+
+        #[test]
+        fn a_remote_command_is_split_back_into_its_words(
+            args in prop::collection::vec(text(), 0..6),
+        ) {
+            match runner().on_node("pve2", "qm", &args) {
+                Ok(argv) => {
+                    let remote = argv.last().unwrap();
+                    let mut words = vec!["qm".to_string()];
+                    words.extend(args.iter().cloned());
+                    prop_assert_eq!(shlex::split(remote), Some(words));
+                    prop_assert_eq!(&argv[..7], ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "root@10.0.0.12"]);
+                }
+                Err(e) => {
+                    prop_assert!(args.iter().any(|a| a.contains('\0')), "{e}");
+                    prop_assert_eq!(e.to_string(), "an argument holds a NUL byte");
+                }
+            }
+        }
+
+        #[test]
+        fn a_password_value_is_never_shown(
+            mut argv in prop::collection::vec(text(), 0..6),
+            at in any::<prop::sample::Index>(),
+            secret in "[$][0-9][$][A-Za-z0-9./]{8,40}",
+        ) {
+            prop_assume!(!argv.iter().any(|a| a.contains(&secret)));
+            let at = at.index(argv.len() + 1);
+            argv.splice(at..at, ["--cipassword".to_string(), secret.clone()]);
+            let shown = display(&argv);
+            prop_assert!(!shown.contains(&secret), "{}", shown);
+            prop_assert!(shown.contains("--cipassword <hidden>"), "{}", shown);
+        }
+    }
+}
