@@ -14,6 +14,26 @@ pub use app::rules::Limits;
 use app::rules::{CPU_CEILING, MIN_DISK_GB, MIN_RAM_MB, VMID_ADDRESSES, is_dns_label};
 pub use app::secret::Secret;
 
+/// The root password new VMs get (`VM_ROOT_PASSWORD`).
+#[derive(Debug, Clone)]
+pub enum RootPassword {
+    /// The same for every VM: an admin's choice, kept for go-pve-qemu users.
+    Shared(Secret),
+    /// `random`: each VM its own, generated at the install and shown once,
+    /// in the live summary; nothing keeps it.
+    Random,
+}
+
+impl RootPassword {
+    fn parse(raw: &str) -> RootPassword {
+        if raw == "random" {
+            RootPassword::Random
+        } else {
+            RootPassword::Shared(Secret::new(raw))
+        }
+    }
+}
+
 use crate::engine::scope::Manage;
 use crate::net::AllowList;
 use crate::scripts::ScriptSet;
@@ -71,7 +91,8 @@ pub struct Config {
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
-    pub vm_root_password: Option<Secret>,
+    /// `VM_ROOT_PASSWORD`: none, one for every VM, or `random` (each VM its own).
+    pub vm_root_password: Option<RootPassword>,
     pub reserved: BTreeMap<u32, String>,
     pub data_dir: PathBuf,
     pub image_cache_dir: PathBuf,
@@ -390,7 +411,7 @@ impl Vars<'_> {
             max_disk_gb: self.u32_in("VM_MAX_DISK", MIN_DISK_GB as u32, u32::MAX)?,
         };
         let vm_balloon_min_mb = self.u32_in("VM_BALLOON_MIN", 1, u32::MAX)?;
-        let vm_root_password = self.get("VM_ROOT_PASSWORD").map(Secret::new);
+        let vm_root_password = self.get("VM_ROOT_PASSWORD").map(RootPassword::parse);
 
         let reserved = match self.get("RESERVED") {
             None => BTreeMap::new(),
@@ -941,5 +962,16 @@ mod tests {
     fn secrets_do_not_print() {
         let c = parse(&[("VM_ROOT_PASSWORD", "hunter2")]).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_root_password_is_shared_random_or_none() {
+        let c = parse(&[("VM_ROOT_PASSWORD", "random")]).unwrap();
+        assert!(matches!(c.vm_root_password, Some(RootPassword::Random)));
+        let c = parse(&[("VM_ROOT_PASSWORD", "Random!1")]).unwrap();
+        assert!(
+            matches!(&c.vm_root_password, Some(RootPassword::Shared(p)) if p.expose() == "Random!1")
+        );
+        assert!(parse(&[]).unwrap().vm_root_password.is_none());
     }
 }

@@ -260,3 +260,67 @@ async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_
         "{body}"
     );
 }
+
+/// The summary line that carries a generated root password.
+const ROOT_LINE: &str = "[*] Root password: ";
+
+#[tokio::test]
+async fn each_vm_gets_its_own_root_password_shown_once_and_kept_nowhere() {
+    use sha_crypt::{PasswordHash, PasswordVerifier, ShaCrypt};
+
+    let server = common::server(&[("VM_ROOT_PASSWORD", "random")]).await;
+    let url = &server.url;
+    let mut seen = Vec::new();
+    for name in ["first", "second"] {
+        let body = format!(r#"{{"os":"debian","version":"12","name":"{name}"}}"#);
+        let (job, events) = common::install(url, &body).await;
+        let line = events
+            .iter()
+            .find(|e| e.message().starts_with(ROOT_LINE))
+            .unwrap_or_else(|| panic!("no root password in the live summary: {events:#?}"));
+        assert_eq!(line.step(), "VM initialization > finalizing");
+        let password = line.message()[ROOT_LINE.len()..].to_string();
+        assert_eq!(password.len(), 20, "{password}");
+        let vmid = line.data["vm_id"].as_u64().expect("vm_id");
+
+        // The guest got a hash of exactly that password.
+        let state: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(server.data_dir.join("sim/cluster.json")).expect("sim state"),
+        )
+        .expect("sim state JSON");
+        let hash = state["vms"][vmid.to_string()]["inside"]["root_hash"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let parsed = PasswordHash::new(&hash).expect("a crypt hash in /etc/shadow");
+        assert!(
+            ShaCrypt::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok(),
+            "the VM's hash is not of the password shown"
+        );
+
+        // Replayed later, the line says it was shown; nothing else has it.
+        let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+        let text = detail.to_string();
+        assert!(!text.contains(&password), "password kept in the job");
+        assert!(
+            text.contains("[*] Root password: shown once"),
+            "the replay says a password was shown: {text}"
+        );
+        for file in [
+            "pvedeck.db",
+            "pvedeck.db-wal",
+            "server.log",
+            "sim/cluster.json",
+        ] {
+            let bytes = std::fs::read(server.data_dir.join(file)).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(&password),
+                "password in {file}"
+            );
+        }
+        seen.push(password);
+    }
+    assert_ne!(seen[0], seen[1], "each VM its own password");
+}

@@ -199,6 +199,7 @@ impl Engine {
             &req.user,
             Some(&fingerprint),
             Summary::WithHostKey,
+            None,
         );
         Ok(())
     }

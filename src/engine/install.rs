@@ -20,6 +20,7 @@ use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::stopping::stake;
 use super::{Engine, EngineError, memory, scope, storage};
+use crate::config::{RootPassword, Secret};
 use crate::jobs::JobHandle;
 use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
@@ -106,7 +107,8 @@ pub(super) enum Summary {
 }
 
 /// `VM initialization > finalizing`: the summary, each event with the VM's
-/// id, address and host key fingerprint.
+/// id, address and host key fingerprint; a generated root password is shown
+/// to whoever watches, once, and kept nowhere.
 pub(super) fn finalizing(
     job: &JobHandle,
     started: Instant,
@@ -114,6 +116,7 @@ pub(super) fn finalizing(
     user: &str,
     host_key: Option<&str>,
     summary: Summary,
+    generated: Option<&Secret>,
 ) {
     let step = Step::new(job, Some("VM initialization"), "finalizing");
     let ip = ip.to_string();
@@ -127,6 +130,13 @@ pub(super) fn finalizing(
     done(format!("[*] User: {user}"));
     if let (Some(key), Summary::WithHostKey) = (host_key, summary) {
         done(format!("[*] Host key: {key}"));
+    }
+    if let Some(password) = generated {
+        step.done_once(
+            "[*] Root password: shown once, to whoever watched the install; not kept".to_string(),
+            format!("[*] Root password: {}", password.expose()),
+            (vmid, &ip, host_key),
+        );
     }
 }
 
@@ -157,6 +167,8 @@ struct Plan {
     node: String,
     /// The fingerprint of the host key recorded at first contact.
     host_key: Option<String>,
+    /// A root password made for this VM (`VM_ROOT_PASSWORD=random`).
+    root_password: Option<Secret>,
 }
 
 impl Engine {
@@ -328,6 +340,7 @@ impl Engine {
             &req.user,
             plan.host_key.as_deref(),
             Summary::Seed,
+            plan.root_password.as_ref(),
         );
         Ok(())
     }
@@ -401,6 +414,7 @@ impl Engine {
                 key,
                 node: self.config.main_node.clone(),
                 host_key: None,
+                root_password: None,
             }),
             (Some(Err(failure)), _) | (_, Some(Err(failure))) => Err(failure),
             // Only a failed preparation stops the others, and it returned above.
@@ -665,7 +679,19 @@ impl Engine {
             .first_contact_identity(vmid, plan.ip, machine_id)
             .await
             .map_err(|why| Failure::new(&step, format!("[-] {why}"), Cleanup::Keep))?;
-        let root_password = self.config.vm_root_password.clone();
+        let root_password = match &self.config.vm_root_password {
+            None => None,
+            Some(RootPassword::Shared(password)) => Some(password.clone()),
+            Some(RootPassword::Random) => {
+                let made = crate::secret::random_password().map_err(failed(
+                    &step,
+                    "failed to perform SSH initialization",
+                    Cleanup::Destroy,
+                ))?;
+                plan.root_password = Some(Secret::new(&made));
+                plan.root_password.clone()
+            }
+        };
         self.init_script(&step, &target, &req.release, root_password)
             .await?;
         step.success("[+] SSH initialization completed");
@@ -685,7 +711,7 @@ impl Engine {
         step: &Step<'_>,
         target: &GuestTarget,
         release: &app::os::Release,
-        root_password: Option<crate::config::Secret>,
+        root_password: Option<Secret>,
     ) -> Result<(), Failure> {
         let name = release.script_name();
         let body = crate::scripts::script(&name, self.config.init_scripts).ok_or_else(|| {

@@ -39,6 +39,9 @@ impl Out<'_> {
     }
 }
 
+/// A final event's VM: id, address, host key fingerprint.
+pub type Keyed<'a> = (u32, &'a str, Option<&'a str>);
+
 /// The longest relayed line kept, in bytes: a command printing megabytes
 /// on one line fills neither the database nor the followers.
 const MAX_LINE: usize = 4096;
@@ -191,6 +194,25 @@ impl<'a> Step<'a> {
             ip: Some(ip.to_string()),
             host_key: host_key.map(str::to_string),
         });
+    }
+
+    /// A final event whose live followers read `shown` and everything else
+    /// (the database, replays) `kept`.
+    pub fn done_once(&self, kept: String, shown: String, (vm_id, ip, host_key): Keyed<'_>) {
+        let event = StepEvent {
+            step: self.name.clone(),
+            status: StepStatus::Success,
+            message: kept,
+            vm_id: Some(vm_id),
+            ip: Some(ip.to_string()),
+            host_key: host_key.map(str::to_string),
+        };
+        match &self.out {
+            Out::Job(job) => job.emit_once(event, shown),
+            // Stages run side by side hold their events back; a secret is
+            // not held anywhere, so there only the kept words go out.
+            Out::Turn(turns, turn) => turns.emit(*turn, event),
+        }
     }
 
     /// The last event of a job that made a VM with no address of its own

@@ -105,7 +105,13 @@ impl Default for JobLimits {
 
 /// A write for the writer thread.
 enum Write {
-    Event(u64, JobEvent),
+    /// An event; with `shown`, live followers get that message instead of
+    /// the stored one (a secret shown once).
+    Event {
+        id: u64,
+        event: JobEvent,
+        shown: Option<String>,
+    },
     Finish {
         id: u64,
         state: JobState,
@@ -128,11 +134,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
     for write in writes {
         match write {
-            Write::Event(id, event) => {
+            Write::Event { id, event, shown } => {
                 if let Err(e) = store.append(id, event.seq, event.at, &event.event) {
                     tracing::warn!(job = id, "cannot store an event: {e}");
                 }
                 if let Some(tx) = lock(live).get(&id) {
+                    let mut event = event;
+                    if let Some(message) = shown {
+                        event.event.message = message;
+                    }
                     let _ = tx.send(Live::Event(event));
                 }
             }
@@ -471,6 +481,17 @@ impl JobHandle {
     /// Stores and broadcasts one event. A database error is logged, and the
     /// event still reaches the live followers.
     pub fn emit(&self, event: StepEvent) {
+        self.emit_shown(event, None);
+    }
+
+    /// An event whose live followers read `shown` (a generated password)
+    /// where the database, the log and any later replay have `event`'s own
+    /// message: shown once, to whoever watches the job run.
+    pub fn emit_once(&self, event: StepEvent, shown: String) {
+        self.emit_shown(event, Some(shown));
+    }
+
+    fn emit_shown(&self, event: StepEvent, shown: Option<String>) {
         tracing::debug!(job = self.id, step = event.step, "{}", event.message);
         // Numbered and queued under one lock: the writer gets a job's
         // events in their order, whatever thread each comes from.
@@ -478,8 +499,11 @@ impl JobHandle {
         event.step.clone_into(&mut last_step);
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let at = now_ms();
-        self.jobs
-            .write(Write::Event(self.id, JobEvent { seq, at, event }));
+        self.jobs.write(Write::Event {
+            id: self.id,
+            event: JobEvent { seq, at, event },
+            shown,
+        });
     }
 
     /// Ends the job; followers get the rest of the events, then `Closed`.

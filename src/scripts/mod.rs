@@ -50,6 +50,16 @@ pub fn with_root_hash(body: &str, hash: Option<&str>) -> String {
     }
 }
 
+/// The root password hash a script copy carries (what [`with_root_hash`]
+/// set), as the guest's shell would read it.
+pub fn root_hash(script: &str) -> Option<String> {
+    script
+        .lines()
+        .find_map(|l| l.strip_prefix("PVEDECK_ROOT_HASH='"))
+        .and_then(|l| l.strip_suffix('\''))
+        .map(str::to_string)
+}
+
 /// The progress lines a script prints: its `echo "…"` lines, in order, as
 /// bash prints them (`\"` and `\\` unescaped).
 pub fn echo_lines(script: &str) -> Vec<String> {
@@ -95,6 +105,11 @@ mod tests {
             );
         }
         assert_eq!(with_root_hash("#!x\ny", Some("a'b")), "#!x\ny");
+        assert_eq!(
+            root_hash(&with_root_hash("#!x\ny", Some("$6$s$h"))).as_deref(),
+            Some("$6$s$h")
+        );
+        assert_eq!(root_hash("#!x\ny"), None);
     }
 
     #[test]

@@ -196,11 +196,13 @@ impl SimCluster {
                     }
                     out(line);
                 }
+                let root_hash = scripts::root_hash(body).unwrap_or_default();
                 self.change(|s| {
                     if let Some(vm) = s.vms.get_mut(&vmid) {
                         vm.initialized = true;
                         // The init scripts install qemu-guest-agent.
                         vm.inside.agent = true;
+                        vm.inside.root_hash = root_hash;
                     }
                 });
                 Ok(())

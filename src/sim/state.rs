@@ -117,6 +117,10 @@ pub struct Inside {
     pub host_key: String,
     /// qemu-guest-agent is installed (the init scripts install it).
     pub agent: bool,
+    /// root's entry in `/etc/shadow`: the crypt hash the init script set
+    /// (`chpasswd -e`), empty when none was sent.
+    #[serde(default)]
+    pub root_hash: String,
 }
 
 impl Inside {

@@ -179,6 +179,7 @@ mod tests {
                 machine_id: "0123456789abcdef0123456789abcdef".into(),
                 host_key: "ssh-ed25519 AAAAkey".into(),
                 agent: installed,
+                root_hash: String::new(),
             },
         }
     }
