@@ -1,7 +1,9 @@
 //! Where the simulated cluster's state lives.
 //!
 //! * `Memory`: inside the server (`PVE_BACKEND=sim`), saved to
-//!   `DATA_DIR/sim/cluster.json` after every change.
+//!   `DATA_DIR/sim/cluster.json` after every change; its command log goes
+//!   to `DATA_DIR/sim/commands.log` (started afresh by each process), not
+//!   into memory, where a server running for days would keep every line.
 //! * `Shared`: in that file, for the simulator's command-line face: every
 //!   `qm`/`pvesh`/`pvesm`/`ssh` stand-in is its own process, so each access
 //!   takes an exclusive lock on `DATA_DIR/sim/lock`, reads the file, and
@@ -24,6 +26,8 @@ pub enum Store {
     Memory {
         state: Mutex<ClusterState>,
         file: Option<PathBuf>,
+        /// The command log when there is no file to keep it in (unit
+        /// tests); with a file, only the lock that keeps lines whole.
         log: Mutex<Vec<String>>,
     },
     Shared {
@@ -58,6 +62,9 @@ impl Store {
         };
         if let Store::Memory { state, file, .. } = &store {
             save(file.as_deref(), &lock(state));
+            if let Some(log) = log_file(file.as_deref()) {
+                let _ = std::fs::remove_file(log);
+            }
         }
         store
     }
@@ -122,7 +129,13 @@ impl Store {
     /// Appends to the command log.
     pub fn record(&self, command: &str) {
         match self {
-            Store::Memory { log, .. } => lock(log).push(command.to_string()),
+            Store::Memory { log, file, .. } => {
+                let mut log = lock(log);
+                match log_file(file.as_deref()) {
+                    Some(path) => append(&path, command),
+                    None => log.push(command.to_string()),
+                }
+            }
             Store::Shared { dir, .. } => {
                 let _guard = FileLock::take(dir);
                 append(&dir.join("commands.log"), command);
@@ -142,10 +155,14 @@ impl Store {
 
     pub fn commands(&self) -> Vec<String> {
         match self {
-            Store::Memory { log, .. } => lock(log).clone(),
-            Store::Shared { dir, .. } => std::fs::read_to_string(dir.join("commands.log"))
-                .map(|t| t.lines().map(str::to_string).collect())
-                .unwrap_or_default(),
+            Store::Memory { log, file, .. } => {
+                let log = lock(log);
+                match log_file(file.as_deref()) {
+                    Some(path) => read_log(&path),
+                    None => log.clone(),
+                }
+            }
+            Store::Shared { dir, .. } => read_log(&dir.join("commands.log")),
         }
     }
 }
@@ -155,6 +172,17 @@ fn save(file: Option<&Path>, state: &ClusterState) {
     if let Err(e) = write_atomically(file, state) {
         tracing::warn!("sim: cannot save the cluster to {}: {e}", file.display());
     }
+}
+
+/// The command log beside a state file.
+fn log_file(state_file: Option<&Path>) -> Option<PathBuf> {
+    state_file.map(|f| f.with_file_name("commands.log"))
+}
+
+fn read_log(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 fn append(file: &Path, line: &str) {

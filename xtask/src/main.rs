@@ -14,6 +14,7 @@ mod e2e;
 mod run;
 mod setup;
 mod site;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,12 +22,13 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
   site   build only the browser bundle into target/site
   e2e    build the site and the server, run only the browser tests
-  bench  build everything, measure speed and memory, print the figures";
+  bench  build everything, measure speed and memory, print the figures
+  soak   build the server, load it for 30 min (--minutes N): errors, RSS";
 
 fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
             .and_then(|()| site::build(&root))
             .and_then(|()| build_server(&root))
             .and_then(|()| bench::run(&root)),
+        Some("soak") => build_server(&root).and_then(|()| soak::run(&root, &args[1..])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
