@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::e2e::{Server, start_server};
+use crate::http::{self, Response};
 use crate::run::{Failed, output, step};
 
 /// Each simulated Proxmox command costs this much, as on a real node.
@@ -163,40 +164,8 @@ fn rss_kib(server: &Server) -> Result<u64, Failed> {
 
 // --- HTTP ------------------------------------------------------------------
 
-struct Response {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-/// HTTP/1.0: the server closes the connection after the answer, streams
-/// included, so the body is what comes until then.
 fn request(addr: &str, method: &str, path: &str, body: &str) -> Result<Response, Failed> {
-    let mut stream = TcpStream::connect(addr).map_err(io("connect"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(600)))
-        .map_err(io("timeout"))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(io("send"))?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).map_err(io("receive"))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok(Response {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    })
+    http::request(addr, method, path, body).map_err(Failed)
 }
 
 fn get(addr: &str, path: &str) -> Result<Response, Failed> {

@@ -11,6 +11,7 @@
 
 mod bench;
 mod e2e;
+mod http;
 mod run;
 mod setup;
 mod site;

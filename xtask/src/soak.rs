@@ -7,13 +7,13 @@
 //! Not part of the test command (it takes as long as it is told to).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::e2e::{Server, start_server};
+use crate::http::{self, connect};
 use crate::run::{Failed, step};
 
 const INSTALLERS: usize = 4;
@@ -294,42 +294,13 @@ fn follower(addr: &str, counts: &Counts) {
 
 // --- HTTP -------------------------------------------------------------------
 
-fn connect(addr: &str) -> Result<TcpStream, String> {
-    let stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .map_err(|e| format!("timeout: {e}"))?;
-    Ok(stream)
-}
-
-/// HTTP/1.0: the server closes the connection after the answer (streams
-/// included), so the body is whatever comes until then.
 fn request(
     addr: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> Result<(u16, String, String), String> {
-    let mut stream = connect(addr)?;
-    let body = body.unwrap_or("");
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| format!("send: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("receive: {e}"))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, head.to_string(), body.to_string()))
+    http::request(addr, method, path, body.unwrap_or("")).map(|r| (r.status, r.head, r.body))
 }
 
 fn clip(text: &str) -> String {
