@@ -6,6 +6,7 @@
 //! Every `qm` operation names the node it runs on: `qm` only acts on VMs
 //! whose configuration lives on that node (SPEC §8).
 
+pub mod api;
 pub mod cli;
 pub mod drive;
 pub mod json;

@@ -1,0 +1,7 @@
+//! The `api` backend's parts: Proxmox's REST API (`/api2/json`) with an API
+//! token, over one pinned HTTPS client (`client`, `pin`), its long
+//! operations followed as tasks (`tasks`).
+
+pub mod client;
+pub mod pin;
+pub mod tasks;

@@ -1,0 +1,261 @@
+//! Trusting the Proxmox API server: its leaf certificate pinned by SHA-256
+//! (`PVE_API_FINGERPRINT`, as Proxmox shows it), a CA file
+//! (`PVE_API_CA_FILE`), or — loudly — nothing (`PVE_API_INSECURE=1`).
+//!
+//! A pin is an exact match on the leaf certificate, not "a valid chain or
+//! the fingerprint": Proxmox's own certificates are signed by a per-cluster
+//! CA nobody else trusts, and an ACME certificate's chain says nothing
+//! about which host this is. The handshake's signature is still checked
+//! against the pinned certificate's key, so a recorded certificate alone
+//! does not get an attacker in.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest, Sha256};
+
+/// The SHA-256 of a certificate's DER bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// `AB:CD:…` as Proxmox prints it; lower case and without colons are
+    /// taken too (what an admin pastes from `openssl x509 -fingerprint`,
+    /// after its `sha256 Fingerprint=` prefix, also works).
+    pub fn parse(raw: &str) -> Option<Fingerprint> {
+        let raw = raw.trim();
+        let raw = raw
+            .rsplit_once('=')
+            .map_or(raw, |(_, fingerprint)| fingerprint);
+        let hex: String = raw.chars().filter(|c| *c != ':').collect();
+        if hex.len() != 64 || !hex.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Fingerprint(out))
+    }
+
+    pub fn of(der: &[u8]) -> Fingerprint {
+        Fingerprint(Sha256::digest(der).into())
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, byte) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{byte:02X}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+/// The certificate a server presented last, for the error that names it.
+pub type Seen = Arc<Mutex<Option<Fingerprint>>>;
+
+/// Accepts exactly one leaf certificate. `seen` keeps the fingerprint of
+/// the last one presented, so that a refusal can say what the server has
+/// now (after a renewal, the admin needs exactly that).
+#[derive(Debug)]
+pub struct PinnedLeaf {
+    pin: Fingerprint,
+    algorithms: WebPkiSupportedAlgorithms,
+    seen: Seen,
+}
+
+/// Accepts any certificate (`PVE_API_INSECURE=1`): the handshake is still
+/// encrypted, to whoever answers.
+#[derive(Debug)]
+pub struct AnyCertificate {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl PinnedLeaf {
+    pub fn new(pin: Fingerprint, seen: Seen) -> PinnedLeaf {
+        PinnedLeaf {
+            pin,
+            algorithms: provider().signature_verification_algorithms,
+            seen,
+        }
+    }
+}
+
+impl ServerCertVerifier for PinnedLeaf {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let got = Fingerprint::of(end_entity.as_ref());
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+        // Both are public values: no need for a constant-time comparison.
+        if got == self.pin {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// How the API server is trusted.
+#[derive(Debug, Clone)]
+pub enum Trust {
+    Pinned(Fingerprint),
+    /// PEM certificates of the CA(s) that sign the server's certificate.
+    Ca(Vec<CertificateDer<'static>>),
+    Insecure,
+}
+
+/// The TLS configuration for the API client; `seen` receives the
+/// fingerprint of a pinned connection's certificate.
+pub fn client_config(trust: &Trust, seen: Seen) -> Result<rustls::ClientConfig, rustls::Error> {
+    let builder =
+        rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let config = match trust {
+        Trust::Pinned(pin) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinnedLeaf::new(*pin, seen))),
+        Trust::Insecure => {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate {
+                    algorithms: provider().signature_verification_algorithms,
+                }))
+        }
+        Trust::Ca(certs) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certs {
+                roots.add(cert.clone())?;
+            }
+            builder.with_root_certificates(roots)
+        }
+    };
+    Ok(config.with_no_client_auth())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHOWN: &str = "10:94:FF:00:3A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:\
+                         10:94:FF:00:3A:BC:DE:F0:12:34:56:78:9A:BC:DE:3A";
+
+    #[test]
+    fn fingerprints_read_as_proxmox_and_openssl_print_them() {
+        let pin = Fingerprint::parse(SHOWN).unwrap();
+        assert_eq!(pin.to_string(), SHOWN);
+        assert_eq!(Fingerprint::parse(&SHOWN.to_lowercase()), Some(pin));
+        assert_eq!(Fingerprint::parse(&SHOWN.replace(':', "")), Some(pin));
+        assert_eq!(
+            Fingerprint::parse(&format!("sha256 Fingerprint={SHOWN}")),
+            Some(pin)
+        );
+        for bad in ["", "10:94", &SHOWN[3..], &SHOWN.replace("3A", "ZZ"), "é".repeat(32).as_str()] {
+            assert_eq!(Fingerprint::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_pin_takes_only_its_own_certificate_and_remembers_the_other() {
+        let ours = b"our certificate";
+        let seen = Seen::default();
+        let verifier = PinnedLeaf::new(Fingerprint::of(ours), seen.clone());
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let check = |der: &[u8]| {
+            verifier.verify_server_cert(
+                &CertificateDer::from(der.to_vec()),
+                &[],
+                &name,
+                &[],
+                UnixTime::now(),
+            )
+        };
+        assert!(check(ours).is_ok());
+        assert!(check(b"another certificate").is_err());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(Fingerprint::of(b"another certificate"))
+        );
+    }
+}
