@@ -14,6 +14,24 @@ pub use app::rules::Limits;
 use app::rules::{CPU_CEILING, MIN_DISK_GB, MIN_RAM_MB, VMID_ADDRESSES, is_dns_label};
 pub use app::secret::Secret;
 
+use crate::pve::api::client::ApiSettings;
+use crate::pve::api::pin::{Fingerprint, Trust};
+
+/// The PEM certificates of `PVE_API_CA_FILE`.
+fn read_certificates(
+    path: &str,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("holds no readable PEM certificate: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no PEM certificate".to_string());
+    }
+    Ok(certs)
+}
+
 /// The root password new VMs get (`VM_ROOT_PASSWORD`).
 #[derive(Debug, Clone)]
 pub enum RootPassword {
@@ -63,6 +81,8 @@ fn invalid(var: &str, value: &str, expected: impl Into<String>) -> ConfigError {
 pub enum BackendKind {
     Sim,
     Cli,
+    /// Proxmox's REST API with an API token (issue 12).
+    Api,
 }
 
 impl fmt::Display for BackendKind {
@@ -70,6 +90,7 @@ impl fmt::Display for BackendKind {
         f.write_str(match self {
             BackendKind::Sim => "sim",
             BackendKind::Cli => "cli",
+            BackendKind::Api => "api",
         })
     }
 }
@@ -99,6 +120,12 @@ pub struct Config {
     /// `IMAGE_BASE_<OS>` overrides.
     pub image_base: BTreeMap<Os, String>,
     pub api_tokens: Vec<Secret>,
+    /// `PVE_API_URL`, `PVE_API_TOKEN` and how its certificate is trusted
+    /// (`PVE_BACKEND=api` only).
+    pub pve_api: Option<ApiSettings>,
+    /// `IMPORT_STORAGE`: where the `api` backend puts images for
+    /// `import-from` (default `local`; it needs the `import` content).
+    pub import_storage: String,
     /// `JOB_MAX_EVENTS`, `JOBS_KEEP_DAYS`.
     pub job_limits: crate::jobs::JobLimits,
     /// `IMAGE_MAX_BYTES`: the largest cloud image pvedeck downloads.
@@ -180,12 +207,12 @@ impl Config {
     /// reaches the port may create, stop and destroy VMs.
     pub fn exposure(&self) -> Option<String> {
         let open = self.allow_ips == AllowList::Everyone && self.api_tokens.is_empty();
-        (open && self.backend == BackendKind::Cli).then(|| {
+        (open && self.backend != BackendKind::Sim).then(|| {
             format!(
-                "PVE_BACKEND=cli with ALLOW_IPS open to everyone and no API_TOKENS: anyone who \
+                "PVE_BACKEND={} with ALLOW_IPS open to everyone and no API_TOKENS: anyone who \
                  reaches {}:{} can create, stop and destroy VMs on the cluster. Set ALLOW_IPS to \
                  your admins' addresses, API_TOKENS, or BIND_ADDR=127.0.0.1.",
-                self.bind, self.port
+                self.backend, self.bind, self.port
             )
         })
     }
@@ -303,11 +330,18 @@ impl Vars<'_> {
         let backend = match self.get("PVE_BACKEND") {
             None | Some("sim") => BackendKind::Sim,
             Some("cli") => BackendKind::Cli,
-            Some(other) => return Err(invalid("PVE_BACKEND", other, "is not one of: sim, cli")),
+            Some("api") => BackendKind::Api,
+            Some(other) => {
+                return Err(invalid(
+                    "PVE_BACKEND",
+                    other,
+                    "is not one of: sim, cli, api",
+                ));
+            }
         };
         let required = |var: &str| ConfigError::Missing {
             var: var.to_string(),
-            why: "required when PVE_BACKEND=cli".to_string(),
+            why: format!("required when PVE_BACKEND={backend}"),
         };
 
         let port = self.port("PORT", true)?.unwrap_or(8080);
@@ -318,7 +352,7 @@ impl Vars<'_> {
         let gateway = match (self.ipv4("GATEWAY")?, backend) {
             (Some(gw), _) => gw,
             (None, BackendKind::Sim) => Ipv4Addr::new(192, 168, 0, 1),
-            (None, BackendKind::Cli) => return Err(required("GATEWAY")),
+            (None, _) => return Err(required("GATEWAY")),
         };
 
         let main_node = match (self.get("MAIN_NODE"), backend) {
@@ -331,7 +365,7 @@ impl Vars<'_> {
                 ));
             }
             (None, BackendKind::Sim) => "pve1".to_string(),
-            (None, BackendKind::Cli) => return Err(required("MAIN_NODE")),
+            (None, _) => return Err(required("MAIN_NODE")),
         };
 
         let mut nodes = self.nodes()?;
@@ -342,7 +376,8 @@ impl Vars<'_> {
                 nodes.insert(name.to_string(), Ipv4Addr::new(a, b, c, 11 + i as u8));
             }
         }
-        if !nodes.contains_key(&main_node) {
+        // The API routes by node name: only `ssh root@<node>` needs addresses.
+        if backend != BackendKind::Api && !nodes.contains_key(&main_node) {
             return Err(ConfigError::Missing {
                 var: format!("NODE_{main_node}"),
                 why: format!("the main node {main_node} needs an address"),
@@ -359,7 +394,7 @@ impl Vars<'_> {
                 ));
             }
             (None, BackendKind::Sim) => "local-zfs".to_string(),
-            (None, BackendKind::Cli) => return Err(required("ASSIGN_STORAGE")),
+            (None, _) => return Err(required("ASSIGN_STORAGE")),
         };
 
         // SPEC §1: clamp to 100..=254 and swap a reversed range rather than refuse it.
@@ -429,7 +464,7 @@ impl Vars<'_> {
         let ssh_key_dir = match (self.get("SSH_KEY_DIR"), backend) {
             (Some(dir), _) => dir.into(),
             (None, BackendKind::Sim) => data_dir.join("ssh"),
-            (None, BackendKind::Cli) => match self.get("HOME") {
+            (None, _) => match self.get("HOME") {
                 Some(home) => PathBuf::from(home).join(".ssh"),
                 None => {
                     return Err(ConfigError::Missing {
@@ -459,6 +494,21 @@ impl Vars<'_> {
                 .unwrap_or(3600),
         );
         let image_base = self.image_bases()?;
+        let pve_api = match backend {
+            BackendKind::Api => Some(self.api_settings()?),
+            _ => None,
+        };
+        let import_storage = match self.get("IMPORT_STORAGE") {
+            Some(raw) if is_storage_id(raw) => raw.to_string(),
+            Some(raw) => {
+                return Err(invalid(
+                    "IMPORT_STORAGE",
+                    raw,
+                    "is not a storage id (lower-case letters, digits, '-', '_', '.')",
+                ));
+            }
+            None => "local".to_string(),
+        };
         let snapshot_interval = Duration::from_millis(
             self.int_in("SNAPSHOT_INTERVAL_MS", 10, 3_600_000)?
                 .unwrap_or(2000),
@@ -541,7 +591,7 @@ impl Vars<'_> {
         // The simulated guests boot SIM_SPEED times faster: so does the polling.
         let default_poll_ms = match backend {
             BackendKind::Sim => (5000.0 / sim_speed).max(1.0) as u64,
-            BackendKind::Cli => 5000,
+            BackendKind::Cli | BackendKind::Api => 5000,
         };
         let ssh_poll_interval = Duration::from_millis(
             self.int_in("SSH_POLL_INTERVAL_MS", 1, 3_600_000)?
@@ -572,6 +622,8 @@ impl Vars<'_> {
             image_cache_dir,
             image_base,
             api_tokens,
+            pve_api,
+            import_storage,
             sites,
             session_ttl,
             shutdown_grace,
@@ -621,6 +673,85 @@ impl Vars<'_> {
             nodes.insert(name.to_string(), ip);
         }
         Ok(nodes)
+    }
+
+    /// The `api` backend's settings. The token's value is never echoed in
+    /// an error.
+    fn api_settings(&self) -> Result<ApiSettings, ConfigError> {
+        let missing = |var: &str, why: &str| ConfigError::Missing {
+            var: var.to_string(),
+            why: why.to_string(),
+        };
+        let raw = self.get("PVE_API_URL").ok_or_else(|| {
+            missing(
+                "PVE_API_URL",
+                "required when PVE_BACKEND=api (https://<node>:8006)",
+            )
+        })?;
+        let base = raw.trim_end_matches('/');
+        if !base.starts_with("https://") || base.len() <= "https://".len() {
+            return Err(invalid(
+                "PVE_API_URL",
+                raw,
+                "is not an https:// address (https://<node>:8006)",
+            ));
+        }
+        let url = if base.ends_with("/api2/json") {
+            base.to_string()
+        } else {
+            format!("{base}/api2/json")
+        };
+        let token = self.get("PVE_API_TOKEN").ok_or_else(|| {
+            missing(
+                "PVE_API_TOKEN",
+                "required when PVE_BACKEND=api (user@realm!tokenid=secret)",
+            )
+        })?;
+        if !crate::pve::api::client::token_shape(token) {
+            return Err(ConfigError::Invalid {
+                var: "PVE_API_TOKEN".to_string(),
+                value: "(hidden)".to_string(),
+                expected: "is not a token: user@realm!tokenid=secret".to_string(),
+            });
+        }
+        let fingerprint = self.get("PVE_API_FINGERPRINT");
+        let ca_file = self.get("PVE_API_CA_FILE");
+        let insecure = self.get("PVE_API_INSECURE") == Some("1");
+        let trust = match (fingerprint, ca_file, insecure) {
+            (Some(raw), None, false) => Trust::Pinned(Fingerprint::parse(raw).ok_or_else(|| {
+                invalid(
+                    "PVE_API_FINGERPRINT",
+                    raw,
+                    "is not a SHA-256 fingerprint (32 hex pairs, AB:CD:…, as `pvenode cert info` shows)",
+                )
+            })?),
+            (None, Some(path), false) => Trust::Ca(read_certificates(path).map_err(|why| {
+                invalid("PVE_API_CA_FILE", path, why)
+            })?),
+            (None, None, true) => Trust::Insecure,
+            (None, None, false) => {
+                return Err(missing(
+                    "PVE_API_FINGERPRINT",
+                    "the API server's certificate must be trusted: set PVE_API_FINGERPRINT \
+                     (the SHA-256 of pveproxy's certificate, `pvenode cert info`), or \
+                     PVE_API_CA_FILE, or PVE_API_INSECURE=1",
+                ));
+            }
+            _ => {
+                return Err(ConfigError::Invalid {
+                    var: "PVE_API_FINGERPRINT".to_string(),
+                    value: "(with others)".to_string(),
+                    expected: "goes alone: set one of PVE_API_FINGERPRINT, PVE_API_CA_FILE, \
+                               PVE_API_INSECURE=1"
+                        .to_string(),
+                });
+            }
+        };
+        Ok(ApiSettings {
+            url,
+            token: Secret::new(token),
+            trust,
+        })
     }
 
     fn image_bases(&self) -> Result<BTreeMap<Os, String>, ConfigError> {
@@ -820,8 +951,77 @@ mod tests {
     fn unknown_backend_is_refused() {
         assert_eq!(
             err(&[("PVE_BACKEND", "pve")]),
-            "PVE_BACKEND=pve is not one of: sim, cli"
+            "PVE_BACKEND=pve is not one of: sim, cli, api"
         );
+    }
+
+    const PIN: &str = "10:94:FF:00:3A:BC:DE:F0:12:34:56:78:9A:BC:DE:F0:\
+                       10:94:FF:00:3A:BC:DE:F0:12:34:56:78:9A:BC:DE:3A";
+
+    fn api(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut vars = vec![
+            ("PVE_BACKEND", "api"),
+            ("HOME", "/var/lib/pvedeck"),
+            ("GATEWAY", "10.0.0.1"),
+            ("MAIN_NODE", "pve1"),
+            ("ASSIGN_STORAGE", "local-lvm"),
+            ("PVE_API_URL", "https://pve1.example.org:8006/"),
+            ("PVE_API_TOKEN", "pvedeck@pve!deck=0f1e2d3c-secret"),
+        ];
+        vars.extend_from_slice(extra);
+        vars
+    }
+
+    #[test]
+    fn the_api_backend_needs_no_node_addresses_and_a_trusted_certificate() {
+        let c = parse(&api(&[("PVE_API_FINGERPRINT", PIN)])).unwrap();
+        assert_eq!(c.backend, BackendKind::Api);
+        let settings = c.pve_api.unwrap();
+        assert_eq!(settings.url, "https://pve1.example.org:8006/api2/json");
+        assert!(matches!(settings.trust, Trust::Pinned(p) if p.to_string() == PIN));
+        assert_eq!(c.import_storage, "local");
+        assert!(
+            !format!("{settings:?}").contains("0f1e2d3c"),
+            "token printed"
+        );
+
+        let refused = err(&api(&[]));
+        assert!(
+            refused.starts_with("PVE_API_FINGERPRINT is not set"),
+            "{refused}"
+        );
+        assert!(refused.contains("PVE_API_INSECURE=1"), "{refused}");
+        assert!(matches!(
+            parse(&api(&[("PVE_API_INSECURE", "1")]))
+                .unwrap()
+                .pve_api
+                .unwrap()
+                .trust,
+            Trust::Insecure
+        ));
+        let both = err(&api(&[
+            ("PVE_API_FINGERPRINT", PIN),
+            ("PVE_API_INSECURE", "1"),
+        ]));
+        assert!(both.contains("goes alone"), "{both}");
+        let bad = err(&api(&[("PVE_API_FINGERPRINT", "10:94")]));
+        assert!(bad.contains("is not a SHA-256 fingerprint"), "{bad}");
+        let missing = err(&api(&[("PVE_API_CA_FILE", "/nonexistent/ca.pem")]));
+        assert!(missing.contains("cannot be read"), "{missing}");
+    }
+
+    #[test]
+    fn the_api_address_is_https_and_the_token_is_never_echoed() {
+        let mut vars = api(&[("PVE_API_FINGERPRINT", PIN)]);
+        vars[5] = ("PVE_API_URL", "http://pve1:8006");
+        assert!(err(&vars).contains("is not an https:// address"));
+        vars[5] = ("PVE_API_URL", "https://pve1:8006/api2/json");
+        vars[6] = ("PVE_API_TOKEN", "hunter2-secret-without-id");
+        let refused = err(&vars);
+        assert!(refused.contains("user@realm!tokenid=secret"), "{refused}");
+        assert!(!refused.contains("hunter2"), "{refused}");
+        vars.remove(6);
+        assert!(err(&vars).starts_with("PVE_API_TOKEN is not set"));
     }
 
     #[test]

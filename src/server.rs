@@ -47,6 +47,10 @@ pub enum StartError {
     Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
     Http(#[from] ImageError),
+    #[error(transparent)]
+    Api(#[from] crate::pve::api::client::SetupError),
+    #[error("PVE_BACKEND=api without its settings")]
+    NoApiSettings,
     #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
     NoSuchSimNode(String, String),
     #[error("cannot listen on {addr}: {source}")]
@@ -100,6 +104,23 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             Clock::real(),
             None,
         ),
+        BackendKind::Api => {
+            let settings = config.pve_api.as_ref().ok_or(StartError::NoApiSettings)?;
+            if matches!(settings.trust, crate::pve::api::pin::Trust::Insecure) {
+                tracing::warn!(
+                    "PVE_API_INSECURE=1: the Proxmox API's certificate is not checked; whoever \
+                     answers at {} gets the API token. Set PVE_API_FINGERPRINT instead.",
+                    settings.url
+                );
+            }
+            let client = crate::pve::api::client::ApiClient::new(settings)?;
+            let backend = crate::pve::api::backend::ApiBackend::new(
+                client,
+                config.import_storage.clone(),
+                crate::pve::cli::CliBackend::new(&config),
+            );
+            (Arc::new(backend), Arc::new(web), Clock::real(), None)
+        }
     };
     let jobs = Jobs::open_with(&config.data_dir.join("pvedeck.db"), config.job_limits)?;
     let engine = Arc::new(Engine::new(

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
 
@@ -65,6 +66,42 @@ const ATTEMPTS: u32 = 3;
 /// A single call's limit; long operations are tasks, polled in short calls.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// An image upload's limit (gigabytes over a slow link).
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+
+fn bytes_of(text: String) -> bytes::Bytes {
+    bytes::Bytes::from(text.into_bytes())
+}
+
+/// A multipart boundary nobody can guess into the file's bytes.
+fn rand_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // A failure leaves zeros: the boundary is then merely unusual, and a
+    // file that contains it makes Proxmox refuse the upload, not misread it.
+    let _ = getrandom::fill(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
+/// A file as a stream of chunks, read as the upload goes.
+fn file_chunks(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    // After a read error the stream ends: the upload fails with it.
+    futures_util::stream::unfold(Some(file), |file| async move {
+        use tokio::io::AsyncReadExt;
+        let mut file = file?;
+        let mut buf = vec![0u8; 256 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
 pub struct ApiClient {
     http: reqwest::Client,
     base: String,
@@ -82,7 +119,7 @@ impl std::fmt::Debug for ApiClient {
 }
 
 /// Whether `user@realm!tokenid=secret` has each of its parts.
-fn token_shape(token: &str) -> bool {
+pub fn token_shape(token: &str) -> bool {
     let Some((id, secret)) = token.split_once('=') else {
         return false;
     };
@@ -136,6 +173,58 @@ impl ApiClient {
         self.call(Method::Delete, path, query).await
     }
 
+    /// `POST …/upload`: `fields`, then the file as the `filename` part of
+    /// a multipart form, streamed from disk with its length announced
+    /// (pveproxy spools an upload to disk as it comes). Never repeated.
+    pub async fn upload(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        name: &str,
+        file: &std::path::Path,
+        size: u64,
+    ) -> Result<Value, PveError> {
+        let shown = format!("POST {path}");
+        let boundary = format!("pvedeck-{:016x}", rand_u64());
+        let mut head = String::new();
+        for (key, value) in fields {
+            head.push_str(&format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{key}\"\r\n\r\n{value}\r\n"
+            ));
+        }
+        head.push_str(&format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{name}\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        ));
+        let tail = format!("\r\n--{boundary}--\r\n");
+        let length = head.len() as u64 + size + tail.len() as u64;
+        let opened = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| PveError::Command {
+                command: shown.clone(),
+                message: format!("cannot read {}: {e}", file.display()),
+                exit: None,
+            })?;
+        let body = futures_util::stream::iter([Ok(bytes_of(head))])
+            .chain(file_chunks(opened))
+            .chain(futures_util::stream::iter([Ok(bytes_of(tail))]));
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .header(reqwest::header::CONTENT_LENGTH, length)
+            .timeout(UPLOAD_TIMEOUT)
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await
+            .map_err(|e| self.network_error(&shown, &e))?;
+        answer(&shown, response).await
+    }
+
     /// One call: the answer's `data`, or the error in Proxmox's words.
     async fn call(
         &self,
@@ -153,7 +242,11 @@ impl ApiClient {
                 Method::Post => self.http.post(&url).form(params),
                 Method::Put => self.http.put(&url).form(params),
             };
-            match request.header(AUTHORIZATION, self.auth.clone()).send().await {
+            match request
+                .header(AUTHORIZATION, self.auth.clone())
+                .send()
+                .await
+            {
                 Ok(response) => return answer(&shown, response).await,
                 Err(e) => {
                     let again = method == Method::Get || e.is_connect();
@@ -282,7 +375,13 @@ mod tests {
     #[test]
     fn a_token_has_user_realm_id_and_secret() {
         assert!(token_shape("pvedeck@pve!deck=5f3c0e-11"));
-        for bad in ["", "pvedeck@pve!deck", "pvedeck@pve!=x", "pvedeck!deck=x", "x=y"] {
+        for bad in [
+            "",
+            "pvedeck@pve!deck",
+            "pvedeck@pve!=x",
+            "pvedeck!deck=x",
+            "x=y",
+        ] {
             assert!(!token_shape(bad), "{bad}");
         }
         let settings = ApiSettings {
@@ -290,10 +389,7 @@ mod tests {
             token: Secret::new("root-password"),
             trust: Trust::Insecure,
         };
-        assert!(matches!(
-            ApiClient::new(&settings),
-            Err(SetupError::Token)
-        ));
+        assert!(matches!(ApiClient::new(&settings), Err(SetupError::Token)));
     }
 
     #[test]
@@ -322,7 +418,11 @@ mod tests {
     #[test]
     fn a_refused_privilege_is_named_with_its_path() {
         assert_eq!(
-            failure_message(403, "Permission check failed (/vms/101, VM.Clone)", &json!(null)),
+            failure_message(
+                403,
+                "Permission check failed (/vms/101, VM.Clone)",
+                &json!(null)
+            ),
             "token lacks VM.Clone on /vms/101"
         );
         assert_eq!(

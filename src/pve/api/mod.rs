@@ -2,6 +2,7 @@
 //! token, over one pinned HTTPS client (`client`, `pin`), its long
 //! operations followed as tasks (`tasks`).
 
+pub mod backend;
 pub mod client;
 pub mod pin;
 pub mod tasks;

@@ -190,19 +190,17 @@ pub enum Trust {
 /// The TLS configuration for the API client; `seen` receives the
 /// fingerprint of a pinned connection's certificate.
 pub fn client_config(trust: &Trust, seen: Seen) -> Result<rustls::ClientConfig, rustls::Error> {
-    let builder =
-        rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
     let config = match trust {
         Trust::Pinned(pin) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(PinnedLeaf::new(*pin, seen))),
-        Trust::Insecure => {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyCertificate {
-                    algorithms: provider().signature_verification_algorithms,
-                }))
-        }
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate {
+                algorithms: provider().signature_verification_algorithms,
+            })),
         Trust::Ca(certs) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in certs {
@@ -231,7 +229,13 @@ mod tests {
             Fingerprint::parse(&format!("sha256 Fingerprint={SHOWN}")),
             Some(pin)
         );
-        for bad in ["", "10:94", &SHOWN[3..], &SHOWN.replace("3A", "ZZ"), "é".repeat(32).as_str()] {
+        for bad in [
+            "",
+            "10:94",
+            &SHOWN[3..],
+            &SHOWN.replace("3A", "ZZ"),
+            "é".repeat(32).as_str(),
+        ] {
             assert_eq!(Fingerprint::parse(bad), None, "{bad}");
         }
     }

@@ -124,7 +124,10 @@ pub async fn follow(
             }
         }
         if !status.running {
-            return outcome(upid, status.exitstatus.as_deref().unwrap_or("unexpected status"));
+            return outcome(
+                upid,
+                status.exitstatus.as_deref().unwrap_or("unexpected status"),
+            );
         }
         if began.elapsed() >= limit {
             return Err(PveError::Timeout {

@@ -1,0 +1,576 @@
+//! `PVE_BACKEND=api`: the `Pve` port over Proxmox's REST API. Every long
+//! operation is a task: its UPID comes back at once, its log is relayed as
+//! the step's output and its exit status decides. The VMs themselves are
+//! reached as with the `cli` backend (a TCP probe, `ssh` to the guest with
+//! its pinned host key): nothing here needs a shell on a node.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::client::ApiClient;
+use super::tasks::{self, TaskDone, TaskSource, TaskStatus, Upid};
+use crate::pve::cli::CliBackend;
+use crate::pve::{
+    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
+    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+};
+
+/// How often a running task is looked at.
+const TASK_POLL: Duration = Duration::from_millis(250);
+/// Limits for a task: what moves data (import, clone, migration) may take
+/// long; anything else that runs this long is stuck.
+const TASK_LONG: Duration = Duration::from_secs(4 * 3600);
+const TASK_SHORT: Duration = Duration::from_secs(15 * 60);
+
+pub struct ApiBackend {
+    client: ApiClient,
+    /// Where images are uploaded for `import-from` (`IMPORT_STORAGE`).
+    import_storage: String,
+    /// The guests are reached as with the `cli` backend: from pvedeck.
+    guest: CliBackend,
+}
+
+fn bad(command: &str, detail: impl Into<String>) -> PveError {
+    PveError::Parse {
+        command: command.to_string(),
+        detail: detail.into(),
+    }
+}
+
+fn decode<T: DeserializeOwned>(command: &str, value: Value) -> Result<T, PveError> {
+    serde_json::from_value(value).map_err(|e| bad(command, e.to_string()))
+}
+
+/// A config value as `qm config` prints it: numbers and strings alike.
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Percent-encoding as Perl's `uri_escape` does it (everything but
+/// `A-Za-z0-9-._~`): what Proxmox expects inside the `sshkeys` value,
+/// before the form encoding encodes it again.
+pub fn uri_escape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len() * 3);
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The name an image gets in the `import` content: Proxmox takes only
+/// `.qcow2`, `.raw`, `.vmdk` and `.ova`, and Ubuntu's `.img` files are
+/// qcow2 inside.
+pub fn import_name(image: &Path) -> String {
+    let name = image
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".img").unwrap_or(&name);
+    let clean: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if [".qcow2", ".raw", ".vmdk", ".ova"]
+        .iter()
+        .any(|ext| clean.ends_with(ext))
+    {
+        clean
+    } else {
+        format!("{clean}.qcow2")
+    }
+}
+
+impl ApiBackend {
+    pub fn new(client: ApiClient, import_storage: String, guest: CliBackend) -> ApiBackend {
+        ApiBackend {
+            client,
+            import_storage,
+            guest,
+        }
+    }
+
+    fn vm_path(node: &str, vmid: u32) -> String {
+        format!("/nodes/{node}/qemu/{vmid}")
+    }
+
+    /// The parameters of a create or a config change. `sshkeys` names a
+    /// file (as for `qm`): the API takes its content, percent-encoded.
+    async fn params(options: &QmOptions) -> Result<Vec<(&str, String)>, PveError> {
+        let mut params = Vec::with_capacity(options.len());
+        for (key, value) in options {
+            let value = if key == "sshkeys" {
+                let keys = tokio::fs::read_to_string(value).await.map_err(|e| {
+                    PveError::command("sshkeys", format!("cannot read {value}: {e}"), 1)
+                })?;
+                uri_escape(&keys)
+            } else {
+                value.clone()
+            };
+            params.push((key.as_str(), value));
+        }
+        Ok(params)
+    }
+
+    /// Follows the task an answer names (if it names one) to its end.
+    async fn finish(
+        &self,
+        answer: Value,
+        out: LineSink<'_>,
+        limit: Duration,
+    ) -> Result<TaskDone, PveError> {
+        match answer {
+            Value::String(text) => {
+                let upid =
+                    Upid::parse(&text).ok_or_else(|| bad("task", format!("not a UPID: {text}")))?;
+                tasks::follow(self, &upid, 0, out, TASK_POLL, limit).await
+            }
+            // Synchronous answers (PUT config; resize before PVE 8).
+            _ => Ok(TaskDone { warnings: 0 }),
+        }
+    }
+
+    async fn task(
+        &self,
+        answer: Result<Value, PveError>,
+        out: LineSink<'_>,
+        limit: Duration,
+    ) -> Result<(), PveError> {
+        self.finish(answer?, out, limit).await.map(drop)
+    }
+
+    /// Uploads a cached image into the node's `import` content, unless a
+    /// file of that name and size is there; its volume id.
+    async fn upload(
+        &self,
+        node: &str,
+        image: &Path,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError> {
+        let name = import_name(image);
+        let storage = &self.import_storage;
+        let volid = format!("{storage}:import/{name}");
+        let size = tokio::fs::metadata(image)
+            .await
+            .map_err(|e| PveError::command("upload", format!("{}: {e}", image.display()), 1))?
+            .len();
+        let listed = self
+            .client
+            .get(
+                &format!("/nodes/{node}/storage/{storage}/content"),
+                &[("content", "import".to_string())],
+            )
+            .await?;
+        let present = listed.as_array().is_some_and(|volumes| {
+            volumes.iter().any(|v| {
+                v.get("volid").and_then(Value::as_str) == Some(volid.as_str())
+                    && v.get("size").and_then(Value::as_u64) == Some(size)
+            })
+        });
+        if present {
+            out(&format!("{volid} is on node {node} already"));
+            return Ok(volid);
+        }
+        out(&format!(
+            "uploading {} to {volid} on node {node}",
+            image.display()
+        ));
+        let answer = self
+            .client
+            .upload(
+                &format!("/nodes/{node}/storage/{storage}/upload"),
+                &[("content", "import")],
+                &name,
+                image,
+                size,
+            )
+            .await?;
+        self.finish(answer, out, TASK_LONG).await?;
+        Ok(volid)
+    }
+}
+
+#[async_trait]
+impl TaskSource for ApiBackend {
+    async fn status(&self, upid: &Upid) -> Result<TaskStatus, PveError> {
+        let path = format!("/nodes/{}/tasks/{}/status", upid.node, upid.text);
+        let status = self.client.get(&path, &[]).await?;
+        Ok(TaskStatus {
+            running: status.get("status").and_then(Value::as_str) == Some("running"),
+            exitstatus: status
+                .get("exitstatus")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        })
+    }
+
+    async fn log(&self, upid: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError> {
+        let path = format!("/nodes/{}/tasks/{}/log", upid.node, upid.text);
+        let lines = self
+            .client
+            .get(
+                &path,
+                &[("start", start.to_string()), ("limit", "500".to_string())],
+            )
+            .await?;
+        Ok(lines
+            .as_array()
+            .map(|lines| {
+                lines
+                    .iter()
+                    .filter_map(|l| {
+                        Some((l.get("n")?.as_u64()?, l.get("t")?.as_str()?.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+fn quiet(_: &str) {}
+
+#[async_trait]
+impl Pve for ApiBackend {
+    async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
+        let all = self
+            .client
+            .get("/cluster/resources", &[("type", "vm".to_string())])
+            .await?;
+        decode("GET /cluster/resources?type=vm", all)
+    }
+
+    async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
+        let all = self
+            .client
+            .get("/cluster/resources", &[("type", "node".to_string())])
+            .await?;
+        decode("GET /cluster/resources?type=node", all)
+    }
+
+    async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
+        let path = format!("/nodes/{node}/status");
+        let status = self.client.get(&path, &[]).await?;
+        decode(&format!("GET {path}"), status)
+    }
+
+    async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
+        let path = format!("/nodes/{node}/storage");
+        let rows = self
+            .client
+            .get(&path, &[("content", "images".to_string())])
+            .await?;
+        let command = format!("GET {path}?content=images");
+        let rows = rows.as_array().ok_or_else(|| bad(&command, "not a list"))?;
+        let kib = |row: &Value, key: &str| row.get(key).and_then(Value::as_u64).unwrap_or(0) / 1024;
+        let flag = |row: &Value, key: &str| row.get(key).and_then(Value::as_u64).unwrap_or(0) == 1;
+        rows.iter()
+            .map(|row| {
+                let name = row
+                    .get("storage")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad(&command, "a storage without a name"))?;
+                let status = match (flag(row, "enabled"), flag(row, "active")) {
+                    (false, _) => "disabled",
+                    (true, true) => "active",
+                    (true, false) => "inactive",
+                };
+                Ok(StorageStatus {
+                    name: name.to_string(),
+                    kind: row
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    status: status.to_string(),
+                    total_kib: kib(row, "total"),
+                    used_kib: kib(row, "used"),
+                    avail_kib: kib(row, "avail"),
+                })
+            })
+            .collect()
+    }
+
+    async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let mut params = Self::params(options).await?;
+        params.insert(0, ("vmid", vmid.to_string()));
+        let answer = self
+            .client
+            .post(&format!("/nodes/{node}/qemu"), &params)
+            .await;
+        self.task(answer, &quiet, TASK_SHORT).await
+    }
+
+    async fn import_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        image: &Path,
+        storage: &str,
+        out: LineSink<'_>,
+    ) -> Result<String, PveError> {
+        let source = self.upload(node, image, out).await?;
+        // The disk is imported where the CLI's `importdisk` would put it,
+        // attached as it is imported (the engine attaches the same volume
+        // again, which changes nothing).
+        let path = format!("{}/config", Self::vm_path(node, vmid));
+        let answer = self
+            .client
+            .post(
+                &path,
+                &[("scsi0", format!("{storage}:0,import-from={source}"))],
+            )
+            .await;
+        self.task(answer, out, TASK_LONG).await?;
+        let config = self.config(node, vmid).await?;
+        config
+            .get("scsi0")
+            .and_then(|drive| drive.split(',').next())
+            .map(str::to_string)
+            .ok_or_else(|| bad(&format!("POST {path}"), "no scsi0 after the import"))
+    }
+
+    async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
+        let params = Self::params(options).await?;
+        // POST: a task, so that allocating a disk (cloud-init's) does not
+        // run into the proxy's 30 s limit of a synchronous call.
+        let answer = self
+            .client
+            .post(&format!("{}/config", Self::vm_path(node, vmid)), &params)
+            .await;
+        self.task(answer, &quiet, TASK_SHORT).await
+    }
+
+    async fn resize(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<String, PveError> {
+        let answer = self
+            .client
+            .put(
+                &format!("{}/resize", Self::vm_path(node, vmid)),
+                &[("disk", disk.to_string()), ("size", size.to_string())],
+            )
+            .await;
+        self.task(answer, &quiet, TASK_SHORT).await?;
+        Ok(String::new())
+    }
+
+    async fn config(&self, node: &str, vmid: u32) -> Result<BTreeMap<String, String>, PveError> {
+        let path = format!("{}/config", Self::vm_path(node, vmid));
+        let config = self.client.get(&path, &[]).await?;
+        let map = config
+            .as_object()
+            .ok_or_else(|| bad(&format!("GET {path}"), "not an object"))?;
+        Ok(map.iter().map(|(k, v)| (k.clone(), text(v))).collect())
+    }
+
+    async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        let path = format!("{}/status/current", Self::vm_path(node, vmid));
+        let status = self.client.get(&path, &[]).await?;
+        status
+            .get("qmpstatus")
+            .or_else(|| status.get("status"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad(&format!("GET {path}"), "no status"))
+    }
+
+    async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
+        // `skiplock` is root@pam's alone; a token's stop waits for the lock
+        // like any other.
+        let path = format!("{}/status/{}", Self::vm_path(node, vmid), action.verb());
+        let answer = self.client.post(&path, &[]).await;
+        self.task(answer, &quiet, TASK_SHORT).await
+    }
+
+    async fn destroy(&self, node: &str, vmid: u32, _skiplock: bool) -> Result<(), PveError> {
+        let answer = self
+            .client
+            .delete(
+                &Self::vm_path(node, vmid),
+                &[
+                    ("purge", "1".to_string()),
+                    ("destroy-unreferenced-disks", "1".to_string()),
+                ],
+            )
+            .await;
+        self.task(answer, &quiet, TASK_SHORT).await
+    }
+
+    async fn migrate(
+        &self,
+        node: &str,
+        vmid: u32,
+        target: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let answer = self
+            .client
+            .post(
+                &format!("{}/migrate", Self::vm_path(node, vmid)),
+                &[
+                    ("target", target.to_string()),
+                    ("with-local-disks", "1".to_string()),
+                ],
+            )
+            .await;
+        self.task(answer, out, TASK_LONG).await
+    }
+
+    async fn clone_vm(
+        &self,
+        node: &str,
+        source: u32,
+        vmid: u32,
+        name: &str,
+        mode: CloneMode,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let full = if mode == CloneMode::Full { "1" } else { "0" };
+        let answer = self
+            .client
+            .post(
+                &format!("{}/clone", Self::vm_path(node, source)),
+                &[
+                    ("newid", vmid.to_string()),
+                    ("name", name.to_string()),
+                    ("full", full.to_string()),
+                ],
+            )
+            .await;
+        self.task(answer, out, TASK_LONG).await
+    }
+
+    async fn template(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        let answer = self
+            .client
+            .post(&format!("{}/template", Self::vm_path(node, vmid)), &[])
+            .await;
+        self.task(answer, &quiet, TASK_SHORT).await
+    }
+
+    async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
+        self.client
+            .post(&format!("{}/agent/ping", Self::vm_path(node, vmid)), &[])
+            .await
+            .map(drop)
+    }
+
+    async fn agent_exec(
+        &self,
+        node: &str,
+        vmid: u32,
+        argv: &[String],
+        timeout_secs: u32,
+    ) -> Result<AgentExec, PveError> {
+        let base = Self::vm_path(node, vmid);
+        let params: Vec<(&str, String)> = argv.iter().map(|a| ("command", a.clone())).collect();
+        let started = self
+            .client
+            .post(&format!("{base}/agent/exec"), &params)
+            .await?;
+        let command = format!("POST {base}/agent/exec");
+        let pid = started
+            .get("pid")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad(&command, "no pid"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(timeout_secs));
+        loop {
+            let status = self
+                .client
+                .get(
+                    &format!("{base}/agent/exec-status"),
+                    &[("pid", pid.to_string())],
+                )
+                .await?;
+            let exited = status.get("exited").and_then(Value::as_u64) == Some(1);
+            if exited {
+                let field = |key: &str| {
+                    status
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                return Ok(AgentExec {
+                    exitcode: status
+                        .get("exitcode")
+                        .and_then(Value::as_i64)
+                        .and_then(|c| i32::try_from(c).ok()),
+                    out: field("out-data"),
+                    err: field("err-data"),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(AgentExec::default());
+            }
+            tokio::time::sleep(TASK_POLL).await;
+        }
+    }
+
+    async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
+        self.guest.probe(ip, port).await
+    }
+
+    async fn guest_exec(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        self.guest.guest_exec(target, command, out).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_escaped_as_perl_escapes_them() {
+        assert_eq!(
+            uri_escape("ssh-ed25519 AAAA+b/c= me@host\n"),
+            "ssh-ed25519%20AAAA%2Bb%2Fc%3D%20me%40host%0A"
+        );
+        assert_eq!(uri_escape("a-b_c.d~"), "a-b_c.d~");
+    }
+
+    #[test]
+    fn import_names_end_as_proxmox_requires() {
+        let name = |p: &str| import_name(Path::new(p));
+        assert_eq!(
+            name("/cache/debian-12-generic-amd64.qcow2"),
+            "debian-12-generic-amd64.qcow2"
+        );
+        assert_eq!(
+            name("/cache/noble-server-cloudimg-amd64.img"),
+            "noble-server-cloudimg-amd64.qcow2"
+        );
+        assert_eq!(
+            name("/cache/Rocky-9-GenericCloud.latest.x86_64.qcow2"),
+            "Rocky-9-GenericCloud.latest.x86_64.qcow2"
+        );
+        assert_eq!(name("/cache/we ird+name"), "we_ird_name.qcow2");
+    }
+}
