@@ -49,6 +49,8 @@ pub enum StartError {
     Http(#[from] ImageError),
     #[error(transparent)]
     Api(#[from] crate::pve::api::client::SetupError),
+    #[error("the Proxmox API is not ready for pvedeck:\n  - {}", .0.join("\n  - "))]
+    Preflight(Vec<String>),
     #[error("PVE_BACKEND=api without its settings")]
     NoApiSettings,
     #[error("MAIN_NODE={0} is not a node of the simulated cluster ({1})")]
@@ -74,6 +76,29 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
 /// Builds the whole application for a configuration.
 pub fn build(config: Config) -> Result<Router, StartError> {
     assemble(config).map(|(router, _)| router)
+}
+
+/// What can be checked of a real cluster before anyone asks: with the
+/// `api` backend, a wrong certificate, token or privilege stops the start
+/// with what to change.
+async fn preflight(config: &Config) -> Result<(), StartError> {
+    if config.backend != BackendKind::Api {
+        return Ok(());
+    }
+    api_backend(config)?
+        .preflight(config)
+        .await
+        .map_err(StartError::Preflight)
+}
+
+fn api_backend(config: &Config) -> Result<crate::pve::api::backend::ApiBackend, StartError> {
+    let settings = config.pve_api.as_ref().ok_or(StartError::NoApiSettings)?;
+    let client = crate::pve::api::client::ApiClient::new(settings)?;
+    Ok(crate::pve::api::backend::ApiBackend::new(
+        client,
+        config.import_storage.clone(),
+        crate::pve::cli::CliBackend::new(config),
+    ))
 }
 
 /// The application and its engine (which the SIGTERM sequence stops). The
@@ -113,12 +138,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
                     settings.url
                 );
             }
-            let client = crate::pve::api::client::ApiClient::new(settings)?;
-            let backend = crate::pve::api::backend::ApiBackend::new(
-                client,
-                config.import_storage.clone(),
-                crate::pve::cli::CliBackend::new(&config),
-            );
+            let backend = api_backend(&config)?;
             (Arc::new(backend), Arc::new(web), Clock::real(), None)
         }
     };
@@ -203,6 +223,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, StartError> {
 pub async fn spawn(config: Config) -> Result<Running, StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
+    preflight(&config).await?;
     let router = build(config)?;
     let task = tokio::spawn(async move {
         let service = router.into_make_service_with_connect_info::<SocketAddr>();
@@ -227,6 +248,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         eprintln!("WARNING: {risk}");
         tracing::warn!("{risk}");
     }
+    preflight(&config).await?;
     let (router, engine) = assemble(config)?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(

@@ -208,6 +208,145 @@ impl ApiBackend {
     }
 }
 
+/// The privileges pvedeck's token needs, by ACL path, and why (the README
+/// lists the same). `{assign}`, `{import}`, `{node}` are the settings'.
+const NEEDED: &[(&str, &[&str])] = &[
+    (
+        "/vms",
+        &[
+            "VM.Allocate",
+            "VM.Audit",
+            "VM.Clone",
+            "VM.Config.CPU",
+            "VM.Config.Memory",
+            "VM.Config.Disk",
+            "VM.Config.Network",
+            "VM.Config.Cloudinit",
+            "VM.Config.Options",
+            "VM.Config.HWType",
+            "VM.Config.CDROM",
+            "VM.PowerMgmt",
+            "VM.Migrate",
+        ],
+    ),
+    (
+        "/storage/{assign}",
+        &["Datastore.AllocateSpace", "Datastore.Audit"],
+    ),
+    (
+        "/storage/{import}",
+        &["Datastore.AllocateTemplate", "Datastore.Audit"],
+    ),
+    ("/nodes/{node}", &["Sys.Audit"]),
+];
+
+/// The guest agent's privileges: PVE 9 split them out of `VM.Monitor`.
+fn agent_privileges(major: u32) -> &'static [&'static str] {
+    if major >= 9 {
+        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"]
+    } else {
+        &["VM.Monitor"]
+    }
+}
+
+/// `9.1.2` → `(9, 1)`.
+fn version(text: &str) -> Option<(u32, u32)> {
+    let mut parts = text.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+impl ApiBackend {
+    /// Checks at start-up what would otherwise fail mid-install: the
+    /// certificate and the token (`/version`), Proxmox 8.4 or later (for
+    /// the `import` content), each privilege pvedeck uses, and the `import`
+    /// content on `IMPORT_STORAGE`. Every problem found, in words that name
+    /// the setting or the privilege.
+    pub async fn preflight(&self, config: &crate::config::Config) -> Result<(), Vec<String>> {
+        let about = self
+            .client
+            .get("/version", &[])
+            .await
+            .map_err(|e| vec![e.message()])?;
+        let shown = about
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let mut problems = Vec::new();
+        let (major, minor) = version(&shown).unwrap_or((0, 0));
+        if (major, minor) < (8, 4) {
+            problems.push(format!(
+                "Proxmox VE {shown} is older than 8.4, the first with the `import` content the api \
+                 backend uploads images into"
+            ));
+        }
+        let node = config.main_node.as_str();
+        for (path, privileges) in NEEDED {
+            let path = path
+                .replace("{assign}", &config.assign_storage)
+                .replace("{import}", &self.import_storage)
+                .replace("{node}", node);
+            let extra = if path == "/vms" {
+                agent_privileges(major)
+            } else {
+                &[]
+            };
+            match self
+                .client
+                .get("/access/permissions", &[("path", path.clone())])
+                .await
+            {
+                Ok(granted) => {
+                    let at = granted.get(path.as_str());
+                    for privilege in privileges.iter().chain(extra) {
+                        if at.and_then(|p| p.get(*privilege)).is_none() {
+                            problems.push(format!("token lacks {privilege} on {path}"));
+                        }
+                    }
+                }
+                Err(e) => problems.push(e.message()),
+            }
+        }
+        match self
+            .client
+            .get(
+                &format!("/nodes/{node}/storage"),
+                &[("storage", self.import_storage.clone())],
+            )
+            .await
+        {
+            Ok(rows) => {
+                let content = rows
+                    .as_array()
+                    .and_then(|rows| rows.first())
+                    .and_then(|row| row.get("content"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                if !content.split(',').any(|c| c.trim() == "import") {
+                    let storage = &self.import_storage;
+                    let with = if content.is_empty() {
+                        "import".to_string()
+                    } else {
+                        format!("{content},import")
+                    };
+                    problems.push(format!(
+                        "IMPORT_STORAGE {storage} does not allow the `import` content (it has \
+                         '{content}'): run `pvesm set {storage} --content {with}` on a node"
+                    ));
+                }
+            }
+            Err(e) => problems.push(e.message()),
+        }
+        if problems.is_empty() {
+            tracing::info!(version = shown, "Proxmox API ready");
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
 #[async_trait]
 impl TaskSource for ApiBackend {
     async fn status(&self, upid: &Upid) -> Result<TaskStatus, PveError> {
@@ -554,6 +693,16 @@ mod tests {
             "ssh-ed25519%20AAAA%2Bb%2Fc%3D%20me%40host%0A"
         );
         assert_eq!(uri_escape("a-b_c.d~"), "a-b_c.d~");
+    }
+
+    #[test]
+    fn versions_and_the_agent_privileges_of_each() {
+        assert_eq!(version("9.1.2"), Some((9, 1)));
+        assert_eq!(version("8.4"), Some((8, 4)));
+        assert_eq!(version("pve"), None);
+        assert!((8, 3) < (8, 4) && (9, 0) >= (8, 4));
+        assert_eq!(agent_privileges(8), ["VM.Monitor"]);
+        assert!(agent_privileges(9).contains(&"VM.GuestAgent.Unrestricted"));
     }
 
     #[test]
