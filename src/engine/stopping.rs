@@ -149,7 +149,10 @@ impl Engine {
     {
         let job = Arc::new(job);
         let running = Counted::new(&self.stopping, &job);
-        let work = work(job.clone());
+        let recording = job.clone();
+        let recorder: crate::pve::owner::Recorder =
+            Arc::new(move |upid: Option<&str>| recording.record_task(upid));
+        let work = crate::pve::owner::within(recorder, work(job.clone()));
         let mut over = self.stopping.over.subscribe();
         let engine = self.clone();
         tokio::spawn(async move {
@@ -173,13 +176,19 @@ impl Engine {
     pub fn reconcile(self: &Arc<Self>) -> Result<usize, EngineError> {
         let orphans = self.jobs.resume_orphans()?;
         let n = orphans.len();
-        for (job, stake) in orphans {
+        for orphan in orphans {
+            let job = Arc::new(orphan.handle);
             tracing::warn!(job = job.id(), "job interrupted by a restart");
-            let job = Arc::new(job);
             let running = Counted::new(&self.stopping, &job);
             let engine = self.clone();
+            let (kind, stake, task) = (orphan.kind, orphan.stake, orphan.task);
             tokio::spawn(async move {
                 let _running = running;
+                if let Some(upid) = task
+                    && engine.reattach(&job, kind, &upid).await
+                {
+                    return;
+                }
                 engine.interrupt(&job, stake, Interruption::Restart).await;
             });
         }
@@ -244,6 +253,41 @@ impl Engine {
             Some(stake) => self.settle(job, &stake, &step).await,
         };
         job.finish(JobState::Interrupted, Some(outcome), Some(&step));
+    }
+
+    /// Follows the Proxmox task a job was waiting on when pvedeck stopped,
+    /// to its end, relaying what it logs from now on. A power action or a
+    /// migration is that task: the job ends as it does. Anything else has
+    /// steps the restart cannot take up, so it is reconciled after the task
+    /// (never while Proxmox still holds the VM's lock). `true` when the job
+    /// is done with.
+    async fn reattach(&self, job: &JobHandle, kind: JobKind, upid: &str) -> bool {
+        let at = job.last_step();
+        let step = Step::new(job, Some("pvedeck"), "restart");
+        let relay = |line: &str| step.relay(line);
+        let Some(ended) = self.proxmox.task_end(upid, &relay).await else {
+            return false;
+        };
+        step.processing(format!(
+            "[*] pvedeck restarted while Proxmox task {upid} ran: it was followed to its end"
+        ));
+        if !matches!(kind, JobKind::Start | JobKind::Reboot | JobKind::Migrate) {
+            return false;
+        }
+        match ended {
+            Ok(()) => {
+                step.success(&format!("[+] Proxmox task {upid} ended OK"));
+                job.finish(JobState::Succeeded, None, None);
+            }
+            Err(e) => {
+                step.error(format!(
+                    "[-] Proxmox task failed: {}",
+                    one_line(&e.message())
+                ));
+                job.finish(JobState::Failed, Some(VmOutcome::Kept), Some(&at));
+            }
+        }
+        true
     }
 
     /// Destroys or keeps the VM a stopped job had at stake, as it is now.

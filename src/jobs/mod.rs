@@ -121,6 +121,7 @@ enum Write {
     },
     Vmid(u64, u32),
     Stake(u64, Option<Stake>),
+    Task(u64, Option<String>),
     /// Everything before it is written; then the WAL is checkpointed.
     Flush(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
 }
@@ -163,6 +164,11 @@ fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Wr
             Write::Vmid(id, vmid) => {
                 if let Err(e) = store.set_vmid(id, vmid) {
                     tracing::warn!(job = id, "cannot record the job's VM: {e}");
+                }
+            }
+            Write::Task(id, task) => {
+                if let Err(e) = store.set_task(id, task.as_deref()) {
+                    tracing::warn!(job = id, "cannot record the job's Proxmox task: {e}");
                 }
             }
             Write::Stake(id, stake) => {
@@ -240,9 +246,10 @@ impl Jobs {
     /// The jobs a previous process left running (it was killed), each
     /// with what it had at stake, as handles that go on from their last
     /// event: followers wait for their end as for any running job.
-    pub fn resume_orphans(self: &Arc<Self>) -> Result<Vec<(JobHandle, Option<Stake>)>, StoreError> {
+    pub fn resume_orphans(self: &Arc<Self>) -> Result<Vec<Resumed>, StoreError> {
         let mut orphans = Vec::new();
-        for (job, stake) in self.store.running_jobs()? {
+        for orphan in self.store.running_jobs()? {
+            let (job, stake) = (orphan.job, orphan.stake);
             let seq = self.store.last_seq(job.id)?;
             let last_step = self
                 .store
@@ -251,8 +258,8 @@ impl Jobs {
                 .map_or_else(|| "pvedeck".to_string(), |e| e.event.step.clone());
             let (tx, _) = broadcast::channel(LIVE_CAPACITY);
             self.live().insert(job.id, tx);
-            orphans.push((
-                JobHandle {
+            orphans.push(Resumed {
+                handle: JobHandle {
                     id: job.id,
                     jobs: self.clone(),
                     seq: AtomicU64::new(seq),
@@ -261,8 +268,10 @@ impl Jobs {
                     last_step: Mutex::new(last_step),
                     stake: Mutex::new(stake.clone()),
                 },
+                kind: job.kind,
                 stake,
-            ));
+                task: orphan.task,
+            });
         }
         Ok(orphans)
     }
@@ -425,6 +434,16 @@ impl Jobs {
     }
 }
 
+/// A job a killed process left running, handed back to go on from its
+/// last event.
+pub struct Resumed {
+    pub handle: JobHandle,
+    pub kind: JobKind,
+    pub stake: Option<Stake>,
+    /// The Proxmox task it was waiting on (the `api` backend's UPID).
+    pub task: Option<String>,
+}
+
 /// The running job's side: appends events and ends the job.
 pub struct JobHandle {
     id: u64,
@@ -463,6 +482,13 @@ impl JobHandle {
     pub fn stake(&self, stake: Option<Stake>) {
         self.jobs.write(Write::Stake(self.id, stake.clone()));
         *lock(&self.stake) = stake;
+    }
+
+    /// Records the Proxmox task the job waits on from now on (`None`: it
+    /// waits on none), so that a restart can follow it to its end.
+    pub fn record_task(&self, task: Option<&str>) {
+        self.jobs
+            .write(Write::Task(self.id, task.map(str::to_string)));
     }
 
     /// What the job has at stake now.
@@ -642,7 +668,9 @@ mod tests {
         );
         let mut orphans = jobs.resume_orphans().unwrap();
         assert_eq!(orphans.len(), 1);
-        let (job, stake) = orphans.remove(0);
+        let Resumed {
+            handle: job, stake, ..
+        } = orphans.remove(0);
         assert_eq!(job.id(), id);
         assert_eq!(job.last_step(), "s");
         let stake = stake.unwrap();

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod drive;
 pub mod json;
 pub mod known_hosts;
+pub mod owner;
 pub mod timed;
 pub mod types;
 
@@ -256,6 +257,13 @@ pub trait Pve: Send + Sync {
         argv: &[String],
         timeout_secs: u32,
     ) -> Result<AgentExec, PveError>;
+
+    /// A Proxmox task a previous process waited on, followed to its end
+    /// (relaying only what it logs from now on): `None` where the backend
+    /// has no tasks to follow (`qm` waited on its own).
+    async fn task_end(&self, _upid: &str, _out: LineSink<'_>) -> Option<Result<(), PveError>> {
+        None
+    }
 
     /// Whether something answers on `ip:port` (2 s connect timeout).
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool;

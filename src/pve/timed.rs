@@ -209,6 +209,17 @@ impl Timed {
         self.changing(Class::Long, what, call).await
     }
 
+    /// A task a previous process waited on, to its end. Not under a
+    /// timeout class: it runs on Proxmox's clock, within the backend's own
+    /// limit for a task.
+    pub async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
+        let ended = self.pve.task_end(upid, out).await;
+        if ended.is_some() {
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
+        ended
+    }
+
     /// A clone: linked is a short task, a full copy a long one.
     pub async fn clone_vm(
         &self,

@@ -86,10 +86,12 @@ CREATE TABLE IF NOT EXISTS templates (
 
 /// Columns added after a database was first made: (table, column, type).
 /// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
-const ADDED_COLUMNS: [(&str, &str, &str); 3] = [
+/// `jobs.task`: the Proxmox task (UPID) the job waits on, if any.
+const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
     ("events", "host_key", "TEXT"),
     ("jobs", "node", "TEXT"),
     ("jobs", "on_stop", "TEXT"),
+    ("jobs", "task", "TEXT"),
 ];
 
 /// What becomes of a job's VM when the job stops before its end (pvedeck
@@ -118,6 +120,15 @@ pub struct Stake {
     /// The node it was last known on.
     pub node: String,
     pub on_stop: OnStop,
+}
+
+/// A job a previous process left running: what it had at stake and the
+/// Proxmox task it was waiting on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Orphan {
+    pub job: Job,
+    pub stake: Option<Stake>,
+    pub task: Option<String>,
 }
 
 /// Enums are stored as the words their JSON uses.
@@ -289,7 +300,7 @@ impl Store {
         Ok(gone)
     }
 
-    pub fn running_jobs(&self) -> Result<Vec<(Job, Option<Stake>)>, StoreError> {
+    pub fn running_jobs(&self) -> Result<Vec<Orphan>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT * FROM jobs WHERE state = ?1 ORDER BY id")?;
         let rows = stmt.query_map([word(&JobState::Running)], |row| {
@@ -309,7 +320,8 @@ impl Store {
                 }),
                 _ => None,
             };
-            Ok((job, stake))
+            let task: Option<String> = row.get("task")?;
+            Ok(Orphan { job, stake, task })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -326,6 +338,13 @@ impl Store {
                 [id],
             )?,
         };
+        Ok(())
+    }
+
+    /// Records the Proxmox task a running job waits on (`None`: none).
+    pub fn set_task(&self, id: u64, task: Option<&str>) -> Result<(), StoreError> {
+        self.conn()
+            .execute("UPDATE jobs SET task = ?2 WHERE id = ?1", params![id, task])?;
         Ok(())
     }
 

@@ -668,6 +668,20 @@ impl Pve for ApiBackend {
         }
     }
 
+    async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
+        let upid = Upid::parse(upid)?;
+        // What it logged before the restart was relayed then.
+        let logged = match TaskSource::log(self, &upid, 0).await {
+            Ok(lines) => lines.last().map_or(0, |(n, _)| *n),
+            Err(e) => return Some(Err(e)),
+        };
+        Some(
+            tasks::follow(self, &upid, logged, out, TASK_POLL, TASK_LONG)
+                .await
+                .map(drop),
+        )
+    }
+
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
         self.guest.probe(ip, port).await
     }
