@@ -238,6 +238,8 @@ const NEEDED: &[(&str, &[&str])] = &[
         &["Datastore.AllocateTemplate", "Datastore.Audit"],
     ),
     ("/nodes/{node}", &["Sys.Audit"]),
+    // net0's bridge (PVE 8 checks bridges as SDN vnets).
+    ("/sdn/zones/localnetwork/vmbr0", &["SDN.Use"]),
 ];
 
 /// The guest agent's privileges: PVE 9 split them out of `VM.Monitor`.
