@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
 
-use super::pin::{Seen, Trust, client_config};
+use super::pin::{Fingerprint, Seen, Trust, client_config};
 use crate::config::Secret;
 use crate::pve::PveError;
 
@@ -250,7 +250,7 @@ impl ApiClient {
                 Ok(response) => return answer(&shown, response).await,
                 Err(e) => {
                     let again = method == Method::Get || e.is_connect();
-                    if !again || attempt >= ATTEMPTS || self.refused_certificate() {
+                    if !again || attempt >= ATTEMPTS || self.refused_certificate().is_some() {
                         return Err(self.network_error(&shown, &e));
                     }
                 }
@@ -260,26 +260,23 @@ impl ApiClient {
         }
     }
 
-    /// Whether the last connection failed on the pinned certificate.
-    fn refused_certificate(&self) -> bool {
+    /// The pin and the other certificate the server presented, when the
+    /// last connection failed on it.
+    fn refused_certificate(&self) -> Option<(Fingerprint, Fingerprint)> {
+        let seen = (*self.seen.lock().unwrap_or_else(|p| p.into_inner()))?;
         match &self.trust {
-            Trust::Pinned(pin) => self
-                .seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some_and(|seen| seen != *pin),
-            _ => false,
+            Trust::Pinned(pin) if seen != *pin => Some((*pin, seen)),
+            _ => None,
         }
     }
 
     fn network_error(&self, shown: &str, e: &reqwest::Error) -> PveError {
-        let seen = *self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let message = match (&self.trust, seen) {
-            (Trust::Pinned(pin), Some(seen)) if seen != *pin => format!(
+        let message = match self.refused_certificate() {
+            Some((pin, seen)) => format!(
                 "PVE_API_FINGERPRINT does not match the server's certificate \
                  (expected {pin}, the server presents {seen})"
             ),
-            _ => {
+            None => {
                 let mut why = e.to_string();
                 let mut source = std::error::Error::source(e);
                 while let Some(inner) = source {

@@ -68,21 +68,16 @@ impl fmt::Debug for Fingerprint {
 /// The certificate a server presented last, for the error that names it.
 pub type Seen = Arc<Mutex<Option<Fingerprint>>>;
 
-/// Accepts exactly one leaf certificate. `seen` keeps the fingerprint of
-/// the last one presented, so that a refusal can say what the server has
-/// now (after a renewal, the admin needs exactly that).
+/// Accepts exactly one leaf certificate — or, without a pin
+/// (`PVE_API_INSECURE=1`), any: the handshake is then still encrypted, to
+/// whoever answers. `seen` keeps the fingerprint of the last certificate
+/// presented, so that a refusal can say what the server has now (after a
+/// renewal, the admin needs exactly that).
 #[derive(Debug)]
 pub struct PinnedLeaf {
-    pin: Fingerprint,
+    pin: Option<Fingerprint>,
     algorithms: WebPkiSupportedAlgorithms,
     seen: Seen,
-}
-
-/// Accepts any certificate (`PVE_API_INSECURE=1`): the handshake is still
-/// encrypted, to whoever answers.
-#[derive(Debug)]
-pub struct AnyCertificate {
-    algorithms: WebPkiSupportedAlgorithms,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -90,7 +85,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 impl PinnedLeaf {
-    pub fn new(pin: Fingerprint, seen: Seen) -> PinnedLeaf {
+    pub fn new(pin: Option<Fingerprint>, seen: Seen) -> PinnedLeaf {
         PinnedLeaf {
             pin,
             algorithms: provider().signature_verification_algorithms,
@@ -111,48 +106,13 @@ impl ServerCertVerifier for PinnedLeaf {
         let got = Fingerprint::of(end_entity.as_ref());
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
         // Both are public values: no need for a constant-time comparison.
-        if got == self.pin {
+        if self.pin.is_none_or(|pin| pin == got) {
             Ok(ServerCertVerified::assertion())
         } else {
             Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::ApplicationVerificationFailure,
             ))
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -195,12 +155,10 @@ pub fn client_config(trust: &Trust, seen: Seen) -> Result<rustls::ClientConfig, 
     let config = match trust {
         Trust::Pinned(pin) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(PinnedLeaf::new(*pin, seen))),
+            .with_custom_certificate_verifier(Arc::new(PinnedLeaf::new(Some(*pin), seen))),
         Trust::Insecure => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate {
-                algorithms: provider().signature_verification_algorithms,
-            })),
+            .with_custom_certificate_verifier(Arc::new(PinnedLeaf::new(None, seen))),
         Trust::Ca(certs) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in certs {
@@ -244,7 +202,7 @@ mod tests {
     fn a_pin_takes_only_its_own_certificate_and_remembers_the_other() {
         let ours = b"our certificate";
         let seen = Seen::default();
-        let verifier = PinnedLeaf::new(Fingerprint::of(ours), seen.clone());
+        let verifier = PinnedLeaf::new(Some(Fingerprint::of(ours)), seen.clone());
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let check = |der: &[u8]| {
             verifier.verify_server_cert(
@@ -260,6 +218,13 @@ mod tests {
         assert_eq!(
             *seen.lock().unwrap(),
             Some(Fingerprint::of(b"another certificate"))
+        );
+        // PVE_API_INSECURE=1: no pin, anything passes.
+        let open = PinnedLeaf::new(None, Seen::default());
+        let any = CertificateDer::from(b"any certificate".to_vec());
+        assert!(
+            open.verify_server_cert(&any, &[], &name, &[], UnixTime::now())
+                .is_ok()
         );
     }
 }
