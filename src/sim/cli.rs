@@ -31,6 +31,10 @@ pub fn dispatch(args: &[String]) -> Option<i32> {
         argv.extend(args.iter().skip(1).cloned());
         argv
     } else if args.get(1).map(String::as_str) == Some("sim") {
+        if args.get(2).map(String::as_str) == Some("api") {
+            // The REST face: a long-running server, not a one-shot tool.
+            return Some(super::api::run());
+        }
         args.iter().skip(2).cloned().collect()
     } else {
         return None;
@@ -255,7 +259,7 @@ impl Face<'_> {
                 eprintln!(
                     "usage: pvedeck sim qm|pvesh|pvesm|ssh <args>\n       \
                      pvedeck sim fault '<json>' | fault clear\n       \
-                     pvedeck sim node <node> online|offline\n       pvedeck sim log"
+                     pvedeck sim node <node> online|offline\n       pvedeck sim log\n       pvedeck sim api"
                 );
                 Ok(2)
             }
