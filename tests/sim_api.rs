@@ -216,6 +216,15 @@ async fn requests_without_the_token_are_refused() {
     );
     let version = api.ok(api.get("/version").await).await;
     assert_eq!(version["release"], "9.1");
+    let storages = api
+        .ok(api.get("/cluster/resources?type=storage").await)
+        .await;
+    let local = storages
+        .as_array()
+        .and_then(|l| l.iter().find(|s| s["id"] == "storage/pve1/local"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(local["status"], "available", "{storages}");
     let missing = api.get("/nodes/pve1/nothing").await;
     assert_eq!(missing.status, 501, "{}", missing.body);
 }
@@ -362,7 +371,10 @@ async fn task_logs_read_in_pages_and_a_failed_task_ends_in_task_error() {
     assert_eq!(paged, all);
 
     // A start that fails: TASK ERROR with the simulator's message.
-    api.sim(&["fault", r#"{"op":"start","action":"fail","vmid":105,"times":1}"#]);
+    api.sim(&[
+        "fault",
+        r#"{"op":"start","action":"fail","vmid":105,"times":1}"#,
+    ]);
     let upid = api
         .ok(api.post("/nodes/pve3/qemu/105/status/start", &[]).await)
         .await;
@@ -528,6 +540,22 @@ async fn a_downloaded_image_is_imported_by_create() {
         "could not get size of local:import/none.qcow2"
     );
     assert_eq!(api.get("/nodes/pve1/qemu/171/config").await.status, 500);
+
+    // A `local` without `import` (PVE 8.4, an upgraded host) refuses.
+    api.sim(&["storage", "local", "content", "iso,vztmpl,backup"]);
+    let refused = api
+        .post("/nodes/pve1/storage/local/download-url", &form)
+        .await;
+    assert_eq!(
+        refused.reason,
+        "storage 'local' is not configured for content-type 'import'"
+    );
+    let listed = api
+        .ok(api
+            .get("/nodes/pve1/storage/local/content?content=import")
+            .await)
+        .await;
+    assert_eq!(listed, serde_json::json!([]));
 }
 
 #[tokio::test]

@@ -50,7 +50,42 @@ pub async fn resources(State(api): State<Arc<Api>>, params: Params) -> ApiResult
             all.push(node);
         }
     }
+    if kind.is_none_or(|k| k == "storage") {
+        all.extend(storage_resources(&api));
+    }
     Ok(data(all))
+}
+
+/// One entry per node and storage the token may audit (Cluster.pm:
+/// `Datastore.Audit` or `Datastore.AllocateSpace`), as `pvesh` shows them.
+fn storage_resources(api: &Api) -> Vec<Value> {
+    if !["Datastore.Audit", "Datastore.AllocateSpace"]
+        .iter()
+        .any(|p| api.privs.has(p))
+    {
+        return Vec::new();
+    }
+    api.sim.read(|s| {
+        let mut out = Vec::new();
+        for node in s.nodes.keys() {
+            let rows = s.storage_status(node, None);
+            for st in &s.storages {
+                let shared = matches!(st.kind.as_str(), "nfs" | "cifs" | "rbd");
+                let mut entry = json!({
+                    "id": format!("storage/{node}/{}", st.id), "storage": st.id,
+                    "node": node, "type": "storage", "plugintype": st.kind,
+                    "content": st.content, "shared": u8::from(shared),
+                    "status": if st.is_active() { "available" } else { "unknown" },
+                });
+                if let Some(row) = rows.iter().find(|r| r.name == st.id && st.is_active()) {
+                    entry["maxdisk"] = json!(row.total_kib * 1024);
+                    entry["disk"] = json!(row.used_kib * 1024);
+                }
+                out.push(entry);
+            }
+        }
+        out
+    })
 }
 
 pub async fn nodes(State(api): State<Arc<Api>>) -> ApiResult {
