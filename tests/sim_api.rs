@@ -427,6 +427,11 @@ async fn a_missing_privilege_is_refused_with_proxmoxs_text() {
         clone.body["message"],
         "Permission check failed (/vms/9000, VM.Clone)\n"
     );
+    // Privileges are checked before the VM is looked for, as Proxmox does.
+    let nowhere = api
+        .post("/nodes/pve1/qemu/999/clone", &[("newid", "160")])
+        .await;
+    assert_eq!(nowhere.status, 403, "{}", nowhere.body);
     let perms = api
         .ok(api.get("/access/permissions?path=/vms/101").await)
         .await;

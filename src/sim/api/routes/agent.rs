@@ -18,11 +18,11 @@ pub async fn ping(
     Path((node, raw)): Path<(String, String)>,
 ) -> ApiResult {
     let id = vmid(&raw)?;
-    api.vm_here(&node, id)?;
     api.privs.require_any(
         &format!("/vms/{id}"),
         &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
     )?;
+    api.vm_here(&node, id)?;
     api.sim.qm_agent_ping(&node, id).await?;
     Ok(data(json!({"result": {}})))
 }
@@ -35,9 +35,9 @@ pub async fn exec(
     params: Params,
 ) -> ApiResult {
     let id = vmid(&raw)?;
-    api.vm_here(&node, id)?;
     api.privs
         .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
+    api.vm_here(&node, id)?;
     let command = params.list("command");
     if command.is_empty() {
         return Err(ApiError::param(
@@ -59,9 +59,9 @@ pub async fn exec_status(
     params: Params,
 ) -> ApiResult {
     let id = vmid(&raw)?;
-    api.vm_here(&node, id)?;
     api.privs
         .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
+    api.vm_here(&node, id)?;
     let pid = params
         .int("pid")?
         .ok_or_else(|| ApiError::param("pid", "property is missing and it is not optional"))?;
@@ -95,11 +95,11 @@ pub async fn interfaces(
     Path((node, raw)): Path<(String, String)>,
 ) -> ApiResult {
     let id = vmid(&raw)?;
-    api.vm_here(&node, id)?;
     api.privs.require_any(
         &format!("/vms/{id}"),
         &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
     )?;
+    api.vm_here(&node, id)?;
     let result = api.sim.qm_agent_interfaces(&node, id).await?;
     Ok(data(json!({ "result": result })))
 }

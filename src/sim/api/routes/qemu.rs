@@ -298,7 +298,6 @@ impl Api {
         params: &Params,
     ) -> Result<(QmOptions, Vec<Import>), ApiError> {
         refuse_root_only(params, &["skiplock"])?;
-        self.vm_here(node, vmid)?;
         let options = params.options(&["node", "vmid", "background_delay", "digest"]);
         if options.is_empty() {
             return Err(ApiError::new(500, "no options specified"));
@@ -314,6 +313,8 @@ impl Api {
         }
         let (plain, imports) = split_imports(options)?;
         self.check_storage(&plain, &imports)?;
+        // After the privileges, as Proxmox checks them before the handler runs.
+        self.vm_here(node, vmid)?;
         let mut decoded = Vec::with_capacity(plain.len());
         for (key, value) in plain {
             let value = if key == "sshkeys" {
@@ -492,8 +493,8 @@ pub async fn resize(
     refuse_root_only(&params, &["skiplock"])?;
     let disk = params.required("disk")?.to_string();
     let size = params.required("size")?.to_string();
-    api.vm_here(&node, id)?;
     api.privs.require(&format!("/vms/{id}"), "VM.Config.Disk")?;
+    api.vm_here(&node, id)?;
     let drive = api.sim.read(|s| {
         s.vms
             .get(&id)
@@ -591,8 +592,8 @@ pub async fn power(
         }
     };
     refuse_root_only(&params, &["skiplock"])?;
-    api.vm_here(&node, id)?;
     api.privs.require(&format!("/vms/{id}"), "VM.PowerMgmt")?;
+    api.vm_here(&node, id)?;
     if action == PowerAction::Reboot && !api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running))
     {
         return Err(ApiError::new(500, format!("VM {id} not running")));
@@ -616,8 +617,8 @@ pub async fn destroy(
     refuse_root_only(&params, &["skiplock"])?;
     params.flag("purge")?;
     params.flag("destroy-unreferenced-disks")?;
-    api.vm_here(&node, id)?;
     api.privs.require(&format!("/vms/{id}"), "VM.Allocate")?;
+    api.vm_here(&node, id)?;
     if api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running)) {
         return Err(ApiError::new(
             500,
@@ -651,8 +652,8 @@ pub async fn migrate(
     if target == node {
         return Err(ApiError::param("target", "target is local node."));
     }
-    api.vm_here(&node, id)?;
     api.privs.require(&format!("/vms/{id}"), "VM.Migrate")?;
+    api.vm_here(&node, id)?;
     let running = api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running));
     if running && !online {
         return Err(ApiError::new(
@@ -680,9 +681,9 @@ pub async fn clone(
     let source = vmid(&raw)?;
     let newid = vmid(params.required("newid")?)
         .map_err(|_| ApiError::param("newid", "value must have a minimum value of 100"))?;
-    api.vm_here(&node, source)?;
     api.privs.require(&format!("/vms/{source}"), "VM.Clone")?;
     api.privs.require(&format!("/vms/{newid}"), "VM.Allocate")?;
+    api.vm_here(&node, source)?;
     if let Some(target) = params.get("target").filter(|t| *t != node) {
         return Err(ApiError::new(
             500,
@@ -725,8 +726,8 @@ pub async fn template(
     Path((node, raw)): Path<(String, String)>,
 ) -> ApiResult {
     let id = vmid(&raw)?;
-    api.vm_here(&node, id)?;
     api.privs.require(&format!("/vms/{id}"), "VM.Allocate")?;
+    api.vm_here(&node, id)?;
     api.sim.qm_template_check(&node, id)?;
     let task_api = api.clone();
     let upid = api.tasks.spawn(
