@@ -326,6 +326,31 @@ async fn a_created_vm_is_listed_once_its_task_is_ok() {
             .is_some_and(|k| k.starts_with("ssh-ed25519%20AAAA")),
         "{config}"
     );
+    // POST config with background_delay: null once done, or the failure.
+    let done = api
+        .post(
+            "/nodes/pve1/qemu/150/config",
+            &[("background_delay", "5"), ("onboot", "1")],
+        )
+        .await;
+    assert_eq!(api.ok(done).await, Value::Null);
+    api.sim(&[
+        "fault",
+        r#"{"op":"set","action":"fail","vmid":150,"times":1}"#,
+    ]);
+    let failed = api
+        .post(
+            "/nodes/pve1/qemu/150/config",
+            &[("background_delay", "5"), ("onboot", "0")],
+        )
+        .await;
+    assert_eq!(
+        (failed.status, failed.reason.as_str()),
+        (
+            500,
+            "failed to update VM 150: VM 150 qmp command 'change' failed - unable to connect"
+        )
+    );
     let missing = api.get("/nodes/pve1/qemu/999/config").await;
     assert_eq!(missing.status, 500);
     assert_eq!(

@@ -121,8 +121,6 @@ async fn serve(config: &Config) -> Result<(), String> {
     let secret = auth::load_or_make_secret(&api_dir).map_err(|e| format!("token: {e}"))?;
     let settings = SimSettings::from_config(config);
     let sim = SimCluster::shared(&dir, &settings).map_err(|e| e.to_string())?;
-    // The state file exists from the first start on, as the stand-ins see it.
-    sim.change(|_| ());
     let web = crate::mirror::Http::new().map_err(|e| e.to_string())?;
     let internet = SimInternet::new(
         Clock::new(settings.speed),

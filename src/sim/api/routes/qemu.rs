@@ -11,7 +11,7 @@ use sha2::Digest;
 
 use super::super::error::ApiError;
 use super::super::params::Params;
-use super::super::tasks::TaskLog;
+use super::super::tasks::{TaskLog, TaskState};
 use super::super::{Api, ApiResult, data};
 use super::vmid;
 use crate::pve::{CloneMode, PowerAction, PveError, QmOptions};
@@ -461,13 +461,29 @@ pub async fn config_sync(
     Ok(data(Value::Null))
 }
 
-/// `POST …/config`: task `qmconfig`.
+/// `POST …/config`: task `qmconfig`. With `background_delay=<s>` it waits
+/// that long: `null` if the task ended OK, its error as
+/// `failed to update VM <id>: <status>`, else the UPID (Qemu.pm).
 pub async fn config_async(
     State(api): State<Arc<Api>>,
     Path((node, raw)): Path<(String, String)>,
     params: Params,
 ) -> ApiResult {
     let id = vmid(&raw)?;
+    let delay = params.int("background_delay")?;
+    if let Some(d) = delay
+        && !(1..=30).contains(&d)
+    {
+        let bound = if d < 1 {
+            "minimum value of 1"
+        } else {
+            "maximum value of 30"
+        };
+        return Err(ApiError::param(
+            "background_delay",
+            format!("value must have a {bound}"),
+        ));
+    }
     let (options, imports) = api.config_request(&node, id, &params)?;
     let task_api = api.clone();
     let upid = api.tasks.spawn(
@@ -480,6 +496,23 @@ pub async fn config_async(
             Ok(())
         },
     );
+    let Some(delay) = delay else {
+        return task_result(upid);
+    };
+    // Wall-clock seconds, as pvedaemon waits them.
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(delay);
+    while tokio::time::Instant::now() < until {
+        if let Some(TaskState::Stopped(exit)) = api.tasks.state(&upid) {
+            if exit == "OK" || exit.starts_with("WARNINGS") {
+                return Ok(data(Value::Null));
+            }
+            return Err(ApiError::new(
+                500,
+                format!("failed to update VM {id}: {exit}"),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     task_result(upid)
 }
 
