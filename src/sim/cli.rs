@@ -31,6 +31,10 @@ pub fn dispatch(args: &[String]) -> Option<i32> {
         argv.extend(args.iter().skip(1).cloned());
         argv
     } else if args.get(1).map(String::as_str) == Some("sim") {
+        if args.get(2).map(String::as_str) == Some("api") {
+            // The REST face: a long-running server, not a one-shot tool.
+            return Some(super::api::run());
+        }
         args.iter().skip(2).cloned().collect()
     } else {
         return None;
@@ -240,6 +244,7 @@ impl Face<'_> {
             Some("ssh") => self.ssh(args).await,
             Some("fault") => self.fault(args),
             Some("node") => self.node_state(args),
+            Some("storage") => self.storage_content(args),
             Some("log") => {
                 for line in self.sim.commands() {
                     out(&line);
@@ -255,7 +260,7 @@ impl Face<'_> {
                 eprintln!(
                     "usage: pvedeck sim qm|pvesh|pvesm|ssh <args>\n       \
                      pvedeck sim fault '<json>' | fault clear\n       \
-                     pvedeck sim node <node> online|offline\n       pvedeck sim log"
+                     pvedeck sim node <node> online|offline\n       pvedeck sim log\n       pvedeck sim storage <id> content <list>\n       pvedeck sim api"
                 );
                 Ok(2)
             }
@@ -640,6 +645,31 @@ impl Face<'_> {
                 eprintln!("usage: pvedeck sim fault '<json>' | clear");
                 Ok(2)
             }
+        }
+    }
+
+    /// `pvedeck sim storage <id> content <list>`: what `pvesm set <id>
+    /// --content <list>` does (the list replaces the old one), e.g. a
+    /// `local` without `import`, as on PVE 8.4 or an upgraded host.
+    fn storage_content(&self, args: &[String]) -> Result<i32, PveError> {
+        let (Some(id), Some("content"), Some(list)) =
+            (args.first(), args.get(1).map(String::as_str), args.get(2))
+        else {
+            eprintln!("usage: pvedeck sim storage <id> content <list>");
+            return Ok(2);
+        };
+        let found = self.sim.change(|s| {
+            s.storages
+                .iter_mut()
+                .find(|st| &st.id == id)
+                .map(|st| st.content = list.clone())
+                .is_some()
+        });
+        if found {
+            Ok(0)
+        } else {
+            eprintln!("storage '{id}' does not exist");
+            Ok(255)
         }
     }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 22] = [
+pub const OPS: [&str; 23] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -33,6 +33,8 @@ pub const OPS: [&str; 22] = [
     // Cleaning the identity (`cloud-init clean`, host keys removed) says
     // it worked and changes nothing: a template that keeps its identity.
     "clean",
+    // The REST face's `download-url` task fails (or hangs, or is late).
+    "download",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

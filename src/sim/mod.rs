@@ -4,6 +4,7 @@
 //! Proxmox) and what the tests drive. Operations take simulated time, scaled
 //! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
+pub mod api;
 pub mod cli;
 pub mod faults;
 mod guest;

@@ -168,8 +168,9 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
         SimStorage {
             id: "local".to_string(),
             kind: "dir".to_string(),
-            // Images allowed on `local`, as many admins set it up.
-            content: "iso,vztmpl,backup,images".to_string(),
+            // Images allowed on `local`, as many admins set it up; `import`
+            // as a PVE 9 install writes it (the REST face's download-url).
+            content: "iso,vztmpl,backup,images,import".to_string(),
             enabled: true,
             reachable: true,
             total: 100 * GIB,

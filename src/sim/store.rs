@@ -70,6 +70,14 @@ impl Store {
     }
 
     pub fn shared(dir: PathBuf, state: ClusterState) -> Store {
+        // The first process on a new directory writes the seeded state, so
+        // that its first access finds a file rather than warning of none.
+        if !state_file(&dir).exists() {
+            let _guard = FileLock::take(&dir);
+            if !state_file(&dir).exists() {
+                save(Some(&state_file(&dir)), &state);
+            }
+        }
         Store::Shared {
             dir,
             last: Mutex::new(state),

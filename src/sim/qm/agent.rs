@@ -113,6 +113,46 @@ impl SimCluster {
         self.agent_there(node, vmid, &command).await
     }
 
+    /// `qm guest cmd <vmid> network-get-interfaces`: QGA's answer, `lo`
+    /// and `eth0` with the MAC of `net0` and the address cloud-init gave
+    /// (or, with DHCP, the one the simulated network hands out: the VMID's).
+    pub(in crate::sim) async fn qm_agent_interfaces(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<serde_json::Value, PveError> {
+        let command = format!("qm guest cmd {vmid} network-get-interfaces");
+        self.record(&command);
+        self.agent_there(node, vmid, &command).await?;
+        let (mac, ip) = self.read(|s| {
+            let vm = s.vms.get(&vmid);
+            let mac = vm
+                .and_then(|v| v.conf("net0"))
+                .and_then(|n| n.split(',').next())
+                .and_then(|m| m.split_once('=').map(|(_, mac)| mac.to_ascii_lowercase()))
+                .unwrap_or_default();
+            let ip = vm
+                .and_then(|v| v.conf("ipconfig0"))
+                .and_then(|c| c.split(',').find_map(|p| p.strip_prefix("ip=")))
+                .and_then(|cidr| cidr.split_once('/'))
+                .and_then(|(ip, prefix)| {
+                    Some((
+                        ip.parse::<std::net::Ipv4Addr>().ok()?,
+                        prefix.parse::<u8>().ok()?,
+                    ))
+                });
+            (mac, ip)
+        });
+        let [a, b, c, _] = self.gateway.octets();
+        let (ip, prefix) = ip.unwrap_or((std::net::Ipv4Addr::new(a, b, c, (vmid % 256) as u8), 24));
+        Ok(serde_json::json!([
+            {"name": "lo", "hardware-address": "00:00:00:00:00:00",
+             "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}]},
+            {"name": "eth0", "hardware-address": mac,
+             "ip-addresses": [{"ip-address": ip.to_string(), "ip-address-type": "ipv4", "prefix": prefix}]},
+        ]))
+    }
+
     pub(in crate::sim) async fn qm_guest_exec(
         &self,
         node: &str,
