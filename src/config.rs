@@ -32,6 +32,17 @@ fn read_certificates(
     Ok(certs)
 }
 
+/// How the `api` backend gets a cloud image onto a node (`IMAGE_FETCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFetch {
+    /// `download`: the node fetches it from the mirror (`download-url`),
+    /// checked against the mirror's checksum; pvedeck moves no image.
+    Download,
+    /// `upload`: pvedeck uploads its own verified copy, for nodes without
+    /// a route to the mirror.
+    Upload,
+}
+
 /// The root password new VMs get (`VM_ROOT_PASSWORD`).
 #[derive(Debug, Clone)]
 pub enum RootPassword {
@@ -126,6 +137,8 @@ pub struct Config {
     /// `IMPORT_STORAGE`: where the `api` backend puts images for
     /// `import-from` (default `local`; it needs the `import` content).
     pub import_storage: String,
+    /// `IMAGE_FETCH`: `download` (default) or `upload` (`api` backend).
+    pub image_fetch: ImageFetch,
     /// `JOB_MAX_EVENTS`, `JOBS_KEEP_DAYS`.
     pub job_limits: crate::jobs::JobLimits,
     /// `IMAGE_MAX_BYTES`: the largest cloud image pvedeck downloads.
@@ -509,6 +522,17 @@ impl Vars<'_> {
             }
             None => "local".to_string(),
         };
+        let image_fetch = match self.get("IMAGE_FETCH") {
+            None | Some("download") => ImageFetch::Download,
+            Some("upload") => ImageFetch::Upload,
+            Some(raw) => {
+                return Err(invalid(
+                    "IMAGE_FETCH",
+                    raw,
+                    "is neither download nor upload",
+                ));
+            }
+        };
         let snapshot_interval = Duration::from_millis(
             self.int_in("SNAPSHOT_INTERVAL_MS", 10, 3_600_000)?
                 .unwrap_or(2000),
@@ -624,6 +648,7 @@ impl Vars<'_> {
             api_tokens,
             pve_api,
             import_storage,
+            image_fetch,
             sites,
             session_ttl,
             shutdown_grace,
@@ -980,6 +1005,7 @@ mod tests {
         assert_eq!(settings.url, "https://pve1.example.org:8006/api2/json");
         assert!(matches!(settings.trust, Trust::Pinned(p) if p.to_string() == PIN));
         assert_eq!(c.import_storage, "local");
+        assert_eq!(c.image_fetch, ImageFetch::Download);
         assert!(
             !format!("{settings:?}").contains("0f1e2d3c"),
             "token printed"
@@ -1010,6 +1036,14 @@ mod tests {
         assert!(missing.contains("cannot be read"), "{missing}");
     }
 
+    #[test]
+    fn images_are_downloaded_by_the_node_unless_uploading_is_asked() {
+        let pin = ("PVE_API_FINGERPRINT", PIN);
+        let c = parse(&api(&[pin, ("IMAGE_FETCH", "upload")])).unwrap();
+        assert_eq!(c.image_fetch, ImageFetch::Upload);
+        let e = parse(&api(&[pin, ("IMAGE_FETCH", "scp")])).unwrap_err();
+        assert!(e.to_string().contains("IMAGE_FETCH"), "{e}");
+    }
     #[test]
     fn the_api_address_is_https_and_the_token_is_never_echoed() {
         let mut vars = api(&[("PVE_API_FINGERPRINT", PIN)]);

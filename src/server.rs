@@ -97,6 +97,7 @@ fn api_backend(config: &Config) -> Result<crate::pve::api::backend::ApiBackend, 
     Ok(crate::pve::api::backend::ApiBackend::new(
         client,
         config.import_storage.clone(),
+        config.image_fetch,
         crate::pve::cli::CliBackend::new(config),
     ))
 }

@@ -82,7 +82,8 @@ async fn a_storage_that_does_not_allow_disk_images_is_refused_before_anything_is
 
 #[tokio::test]
 async fn an_image_larger_than_image_max_bytes_is_given_up_and_not_kept() {
-    let server = common::server(&[("IMAGE_MAX_BYTES", "1000")]).await;
+    // pvedeck's own download (on the api lane, `IMAGE_FETCH=upload`'s).
+    let server = common::server(&[("IMAGE_MAX_BYTES", "1000"), ("IMAGE_FETCH", "upload")]).await;
     let out = run(&server.url, DEBIAN).await;
     out.assert_failed_at(
         "OS preparation > downloading OS image",
@@ -183,7 +184,7 @@ async fn configuration_failure_destroys_the_vm() {
 
 #[tokio::test]
 async fn an_address_that_answers_late_destroys_the_vm_before_it_gets_the_address() {
-    if common::cli_mode() {
+    if common::process_lane() {
         // The cli lane probes with a real TCP connect, which no sim fault reaches.
         return;
     }
@@ -207,7 +208,7 @@ async fn an_address_that_answers_late_destroys_the_vm_before_it_gets_the_address
 
 #[tokio::test]
 async fn an_address_that_answers_at_once_is_skipped() {
-    if common::cli_mode() {
+    if common::process_lane() {
         return;
     }
     let server = common::server(&[]).await;
@@ -362,7 +363,11 @@ async fn a_hung_qm_config_answers_start_and_reboot_with_504_before_acting() {
 async fn a_real_download_from_a_mirror_lands_in_the_cache() {
     let images = common::image_server().await;
     let base = format!("{images}/img");
-    let server = common::server(&[("IMAGE_BASE_DEBIAN", base.as_str())]).await;
+    let server = common::server(&[
+        ("IMAGE_BASE_DEBIAN", base.as_str()),
+        ("IMAGE_FETCH", "upload"),
+    ])
+    .await;
     let out = run(&server.url, DEBIAN).await;
     assert_eq!(out.job["state"], "succeeded", "{:#?}", out.events);
     assert!(out.events.iter().any(|e| {

@@ -338,8 +338,12 @@ async fn ten_thousand_random_install_bodies_get_no_5xx_and_run_nothing() {
         server: &server,
         seen: 0,
     };
+    // The api backend's start-up checks read; nothing else has run.
     let idle = log.new_lines().await;
-    assert!(idle.is_empty(), "an idle server ran {idle:?}");
+    assert!(
+        idle.iter().all(|c| is_read(c)),
+        "an idle server ran {idle:?}"
+    );
 
     let started = Instant::now();
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();

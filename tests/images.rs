@@ -82,8 +82,14 @@ impl Mirror {
     }
 }
 
+/// A server with pvedeck's own image cache: on the api lane, that of
+/// `IMAGE_FETCH=upload` (the node's own download is `tests/api_backend.rs`').
 async fn server_for(mirror: &Mirror) -> Server {
-    common::server(&[("IMAGE_BASE_DEBIAN", mirror.base.as_str())]).await
+    common::server(&[
+        ("IMAGE_BASE_DEBIAN", mirror.base.as_str()),
+        ("IMAGE_FETCH", "upload"),
+    ])
+    .await
 }
 
 struct Outcome {

@@ -484,7 +484,7 @@ async fn ssh_requires_the_host_key_recorded_at_first_contact_or_proved_through_t
     assert_eq!(pinned.len(), 1, "{pinned:?}");
     assert!(last.data["host_key"].is_string());
 
-    if common::cli_mode() {
+    if common::process_lane() {
         // After first contact, no ssh to a VM goes without checking.
         let argvs: Vec<String> = std::fs::read_to_string(server.data_dir.join("sim/argv.log"))
             .unwrap_or_default()

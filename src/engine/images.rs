@@ -24,9 +24,10 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::Engine;
 use super::install::{Cleanup, Failure};
-use super::report::{Out, Step};
+use super::report::{Out, Step, one_line};
 use crate::mirror::checksums::{self, Algo, ListError};
 use crate::mirror::{ImageError, Mirror};
+use crate::pve::{DiskImage, NodeFetch};
 
 /// Where an image comes from and where it goes.
 #[derive(Debug, Clone)]
@@ -468,11 +469,14 @@ impl Engine {
     /// Stage `OS preparation`: the image URL, its check, the mirror's
     /// checksum, then the cached file (checked) or the download (checked
     /// before it takes the image's name).
+    /// With a backend whose nodes fetch images, the node gets it instead
+    /// (`on_node`), into its import storage.
     pub(super) async fn os_image_stage(
         &self,
         out: Out<'_>,
         release: &Release,
-    ) -> Result<PathBuf, Failure> {
+        node: &str,
+    ) -> Result<DiskImage, Failure> {
         let step = Step::new(out, Some("OS preparation"), "getting OS image");
         step.processing("[*] get OS image download link");
         let plan = self.images.plan(release);
@@ -500,6 +504,9 @@ impl Engine {
             .expected(&plan)
             .await
             .map_err(|e| fail(&verify, e))?;
+        if self.proxmox.fetches_images() {
+            return self.on_node(out, &plan, &expected, node).await;
+        }
         let cached = open_cached(&plan.path).map_err(|source| {
             let e = VerifyError::Read {
                 path: plan.path.clone(),
@@ -552,7 +559,7 @@ impl Engine {
                 if kept {
                     let step = Step::new(out, Some("OS preparation"), "using OS image");
                     step.success(&format!("[+] using OS image {}", plan.path.display()));
-                    return Ok(plan.path);
+                    return Ok(DiskImage::File(plan.path));
                 }
             }
         }
@@ -592,7 +599,75 @@ impl Engine {
             .await
             .map_err(|e| fail(&verify, e))?;
         verify.success(&verdict(&plan, &expected));
-        Ok(plan.path)
+        Ok(DiskImage::File(plan.path))
+    }
+
+    /// The rest of `OS preparation` where the node fetches the image: the
+    /// volume it has (named by the checksum, so the same image), or its
+    /// download, which the node checks against the mirror's checksum.
+    async fn on_node(
+        &self,
+        out: Out<'_>,
+        plan: &ImagePlan,
+        expected: &Expected,
+        node: &str,
+    ) -> Result<DiskImage, Failure> {
+        let fetch = NodeFetch {
+            url: &plan.url,
+            file: &plan.file,
+            checksum: match expected {
+                Expected::Sum(sum) => Some((plan.algo, sum.as_str())),
+                Expected::NoList | Expected::NotListed => None,
+            },
+        };
+        let step = Step::new(out, Some("OS preparation"), "downloading OS image");
+        // Only a download logs: a volume that is there says nothing until
+        // the step after.
+        let started = AtomicBool::new(false);
+        let relay = |line: &str| {
+            if !started.swap(true, Ordering::Relaxed) {
+                step.processing(format!("[*] start downloading OS image on node {node}"));
+            }
+            step.relay(line);
+        };
+        let fetched = self
+            .proxmox
+            .fetch_image(node, &fetch, &relay)
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    &step,
+                    format!(
+                        "[-] failed to download OS image: {}",
+                        one_line(&e.to_string())
+                    ),
+                    Cleanup::Nothing,
+                )
+            })?;
+        let checked = |by: &str| match expected {
+            Expected::Sum(_) => format!(
+                "[+] OS image {by} against the {} published at {}",
+                plan.algo.name(),
+                plan.list_url
+            ),
+            _ => verdict(plan, expected),
+        };
+        if fetched.present {
+            let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
+            verify.success(&checked(&format!(
+                "on node {node} was checked when it was downloaded, and is named by its checksum,"
+            )));
+            let step = Step::new(out, Some("OS preparation"), "using OS image");
+            step.success(&format!(
+                "[+] using OS image {} on node {node}",
+                fetched.volid
+            ));
+        } else {
+            step.success("[+] completed OS image download");
+            let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
+            verify.success(&checked(&format!("checked by node {node}")));
+        }
+        Ok(DiskImage::Volume(fetched.volid))
     }
 }
 

@@ -5,7 +5,6 @@
 //! readiness (`readiness`), the CPU baseline (`cpu`), balloons (`memory`).
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +21,7 @@ use super::stopping::stake;
 use super::{Engine, EngineError, memory, scope, storage};
 use crate::config::{RootPassword, Secret};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
+use crate::pve::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
 /// What to do about the VM when a step fails (SPEC §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +160,7 @@ struct Plan {
     cpu: u32,
     ram: u64,
     disk_gb: u64,
-    image: PathBuf,
+    image: DiskImage,
     key: KeyPair,
     /// The node the VM is on (main node, then the migration target).
     node: String,
@@ -379,7 +378,7 @@ impl Engine {
         };
         let image = async {
             tokio::select! {
-                r = self.os_image_stage(Out::Turn(&turns, 1), &req.release) => {
+                r = self.os_image_stage(Out::Turn(&turns, 1), &req.release, &self.config.main_node) => {
                     if r.is_ok() {
                         turns.finish(1);
                     }
@@ -754,7 +753,7 @@ impl Engine {
         step: &Step<'_>,
         node: &str,
         vmid: u32,
-        image: &std::path::Path,
+        image: &DiskImage,
     ) -> Result<String, Failure> {
         step.processing("[*] import disk image");
         // qemu-img prints every percent: relay every fifth, and the rest.

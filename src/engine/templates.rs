@@ -371,14 +371,11 @@ impl Engine {
         step.success(&format!("[+] storage pool {storage} is available"));
 
         let image = self
-            .os_image_stage(Out::Job(job), release)
+            .os_image_stage(Out::Job(job), release, node)
             .await
             .map_err(before)?;
         let key = self.ssh_key_stage(Out::Job(job)).await.map_err(before)?;
-        let image_name = image
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let image_name = release.file_name();
 
         // Until it is a template, what the build made is half-made.
         job.stake(stake(vmid, node, Cleanup::Destroy));

@@ -33,6 +33,56 @@ pub fn qm_options<const N: usize>(pairs: [(&str, String); N]) -> QmOptions {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
+/// A new VM's disk image: a file pvedeck has (its cache), or a volume the
+/// node fetched itself (`NodeFetch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskImage {
+    File(PathBuf),
+    /// `local:import/debian-12-generic-amd64-1a2b3c4d5e6f.qcow2`
+    Volume(String),
+}
+
+impl DiskImage {
+    /// The file, for the backends that import only files (`qm importdisk`).
+    pub fn file(&self) -> Result<&Path, PveError> {
+        match self {
+            DiskImage::File(path) => Ok(path),
+            DiskImage::Volume(volid) => Err(PveError::command(
+                "qm importdisk",
+                format!("{volid}: this backend imports files from pvedeck's cache only"),
+                2,
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DiskImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiskImage::File(path) => write!(f, "{}", path.display()),
+            DiskImage::Volume(volid) => f.write_str(volid),
+        }
+    }
+}
+
+/// What a node needs to fetch a cloud image itself.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeFetch<'a> {
+    pub url: &'a str,
+    /// The image's name on the mirror (`debian-12-generic-amd64.qcow2`).
+    pub file: &'a str,
+    /// The checksum the mirror publishes for it, lower-case hex.
+    pub checksum: Option<(crate::mirror::checksums::Algo, &'a str)>,
+}
+
+/// Where a node's fetch left the image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    pub volid: String,
+    /// It was there already: nothing was downloaded.
+    pub present: bool,
+}
+
 /// Receives the lines a long command prints while it runs.
 pub type LineSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
@@ -199,7 +249,7 @@ pub trait Pve: Send + Sync {
         &self,
         node: &str,
         vmid: u32,
-        image: &Path,
+        image: &DiskImage,
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError>;
@@ -257,6 +307,28 @@ pub trait Pve: Send + Sync {
         argv: &[String],
         timeout_secs: u32,
     ) -> Result<AgentExec, PveError>;
+
+    /// Whether the nodes fetch cloud images themselves (`fetch_image`)
+    /// rather than import a file from pvedeck's cache.
+    fn fetches_images(&self) -> bool {
+        false
+    }
+
+    /// Has `node` fetch the image into its import storage, checked against
+    /// the mirror's checksum, unless it has it already; its progress
+    /// relayed. Only where `fetches_images`.
+    async fn fetch_image(
+        &self,
+        _node: &str,
+        fetch: &NodeFetch<'_>,
+        _out: LineSink<'_>,
+    ) -> Result<Fetched, PveError> {
+        Err(PveError::command(
+            "fetch image",
+            format!("this backend imports {} from pvedeck's cache", fetch.file),
+            2,
+        ))
+    }
 
     /// A Proxmox task a previous process waited on, followed to its end
     /// (relaying only what it logs from now on): `None` where the backend

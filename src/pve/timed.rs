@@ -7,14 +7,13 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
-    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
-    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
+    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 
 /// One try to reach a VM (a TCP probe, `ssh … echo ready`) is not a
@@ -142,13 +141,30 @@ impl Timed {
         &self,
         node: &str,
         vmid: u32,
-        image: &Path,
+        image: &DiskImage,
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
         let what = || "qm importdisk".to_string();
         let call = self.pve.import_disk(node, vmid, image, storage, out);
         self.changing(Class::Long, what, call).await
+    }
+
+    pub fn fetches_images(&self) -> bool {
+        self.pve.fetches_images()
+    }
+
+    /// A download: the long limit. It changes no VM, so the snapshot is
+    /// not marked stale.
+    pub async fn fetch_image(
+        &self,
+        node: &str,
+        fetch: &NodeFetch<'_>,
+        out: LineSink<'_>,
+    ) -> Result<Fetched, PveError> {
+        let what = || format!("download-url {}", fetch.url);
+        self.within(Class::Long, what, self.pve.fetch_image(node, fetch, out))
+            .await
     }
 
     pub async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
@@ -347,7 +363,7 @@ mod tests {
             &self,
             _: &str,
             _: u32,
-            _: &Path,
+            _: &DiskImage,
             _: &str,
             _: LineSink<'_>,
         ) -> Result<String, PveError> {

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::pve::{
-    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
+    AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
     PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 use faults::{Fault, Strike};
@@ -319,12 +319,13 @@ impl Pve for SimCluster {
         &self,
         node: &str,
         vmid: u32,
-        image: &Path,
+        image: &DiskImage,
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
         self.start_up().await;
-        self.qm_importdisk(node, vmid, image, storage, out).await
+        self.qm_importdisk(node, vmid, image.file()?, storage, out)
+            .await
     }
 
     async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {

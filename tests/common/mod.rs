@@ -20,18 +20,39 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Which backend the suite runs against: the in-process simulated cluster
-/// (`sim`, the default) or the `cli` backend, a real server process running
-/// the simulator's command-line stand-ins (`qm`, `pvesh`, `pvesm`, `ssh`)
-/// from `PATH` (`PVEDECK_TEST_BACKEND=cli`).
-pub fn cli_mode() -> bool {
-    std::env::var("PVEDECK_TEST_BACKEND").is_ok_and(|b| b == "cli")
+/// Which backend the suite runs against (`PVEDECK_TEST_BACKEND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The in-process simulated cluster (the default).
+    Sim,
+    /// The `cli` backend: a server process running the simulator's
+    /// command-line stand-ins (`qm`, `pvesh`, `pvesm`, `ssh`) from `PATH`.
+    Cli,
+    /// The `api` backend: a server process talking to the simulator's REST
+    /// face (`pvedeck sim api`) over HTTPS; only the guests' `ssh` is a
+    /// stand-in.
+    Api,
 }
 
-/// The VM network of the suite's cluster: with `cli`, loopback, so that no
+pub fn lane() -> Lane {
+    match std::env::var("PVEDECK_TEST_BACKEND").as_deref() {
+        Ok("cli") => Lane::Cli,
+        Ok("api") => Lane::Api,
+        _ => Lane::Sim,
+    }
+}
+
+/// The server is a process over one of the simulator's outer faces, with
+/// VM addresses on loopback and the simulator's state in its data
+/// directory (`cli`, `api`).
+pub fn process_lane() -> bool {
+    lane() != Lane::Sim
+}
+
+/// The VM network of the suite's cluster: with `cli` and `api`, loopback, so that no
 /// real connection attempt (the VMID probe) leaves the machine.
 pub fn ip(last: u32) -> String {
-    if cli_mode() {
+    if process_lane() {
         format!("127.0.0.{last}")
     } else {
         format!("192.168.0.{last}")
@@ -49,6 +70,17 @@ pub struct Server {
     pub url: String,
     pub data_dir: PathBuf,
     running: Handle,
+}
+
+/// The environment of a server process on the lane (`cli`, `api`), or of
+/// the in-process server (`sim`), with `vars` over it (the simulator's
+/// settings reach the REST face's process as well).
+pub async fn lane_env(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    match lane() {
+        Lane::Sim => with(base_env(data_dir), vars),
+        Lane::Cli => with(cli_env(data_dir, false).await, vars),
+        Lane::Api => api_env_with(data_dir, vars).await.0,
+    }
 }
 
 impl Drop for Server {
@@ -92,12 +124,8 @@ impl Server {
 /// A server as its own process on either lane (to be killed or stopped):
 /// the sim backend's binary, or the cli backend's with its stand-ins.
 pub async fn process_server(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
-    let env = if cli_mode() {
-        cli_env(data_dir, false).await
-    } else {
-        base_env(data_dir)
-    };
-    let (child, url) = start_process(data_dir, &with(env, vars));
+    let env = lane_env(data_dir, vars).await;
+    let (child, url) = start_process(data_dir, &env);
     Server {
         url,
         data_dir: data_dir.to_path_buf(),
@@ -137,8 +165,8 @@ pub fn with(mut env: Vec<(String, String)>, vars: &[(&str, &str)]) -> Vec<(Strin
 
 /// A server on an existing data directory (to test what survives a restart).
 pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Server {
-    if cli_mode() {
-        let env = with(cli_env(data_dir, false).await, vars);
+    if process_lane() {
+        let env = lane_env(data_dir, vars).await;
         let (child, url) = start_process(data_dir, &env);
         return Server {
             url,
@@ -431,7 +459,7 @@ pub async fn json(url: &str) -> serde_json::Value {
 
 /// The simulated cluster's command log.
 pub async fn commands(server: &Server) -> Vec<String> {
-    if cli_mode() {
+    if process_lane() {
         return std::fs::read_to_string(server.data_dir.join("sim/commands.log"))
             .map(|t| t.lines().map(str::to_string).collect())
             .unwrap_or_default();
@@ -453,7 +481,7 @@ fn sim_command(server: &Server, args: &[&str]) {
 }
 
 pub async fn fault(server: &Server, fault: &str) {
-    if cli_mode() {
+    if process_lane() {
         return sim_command(server, &["fault", fault]);
     }
     let (status, body) = post_json(&format!("{}/api/sim/faults", server.url), fault).await;
@@ -464,7 +492,7 @@ pub async fn fault(server: &Server, fault: &str) {
 /// (as an admin on the node would); `false` on the in-process lane, which
 /// has no such face.
 pub fn qm_behind(server: &Server, args: &[&str]) -> bool {
-    if !cli_mode() {
+    if !process_lane() {
         return false;
     }
     let mut all = vec!["qm"];
@@ -475,7 +503,7 @@ pub fn qm_behind(server: &Server, args: &[&str]) -> bool {
 
 /// Takes a node of the simulated cluster offline or brings it back.
 pub async fn node_state(server: &Server, node: &str, state: &str) {
-    if cli_mode() {
+    if process_lane() {
         return sim_command(server, &["node", node, state]);
     }
     let (status, body) = post(&format!("{}/api/sim/node/{node}/{state}", server.url)).await;
@@ -554,4 +582,125 @@ pub async fn vm(url: &str, vmid: u64) -> Option<serde_json::Value> {
         .as_array()
         .and_then(|l| l.iter().find(|v| v["vmid"] == vmid))
         .cloned()
+}
+
+/// The simulator's REST API face (`pvedeck sim api`) on `data_dir`'s
+/// cluster, and what a `PVE_BACKEND=api` server needs to reach it: its
+/// address, token and certificate fingerprint (from `sim/api.json`).
+pub struct SimApi {
+    pub process: Killed,
+    pub url: String,
+    pub token: String,
+    pub fingerprint: String,
+}
+
+/// The REST face of `data_dir`'s simulated cluster: one per data directory
+/// for the whole test, so that a restarted pvedeck finds the same Proxmox
+/// (and its running tasks) as a restarted pvedeck would.
+pub fn sim_api(data_dir: &std::path::Path, env: &[(String, String)]) -> std::sync::Arc<SimApi> {
+    static RUNNING: std::sync::Mutex<Vec<(PathBuf, std::sync::Arc<SimApi>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, api)) = running.iter().find(|(dir, _)| dir == data_dir) {
+        return api.clone();
+    }
+    let api = std::sync::Arc::new(start_sim_api(data_dir, env));
+    running.push((data_dir.to_path_buf(), api.clone()));
+    api
+}
+
+pub fn start_sim_api(data_dir: &std::path::Path, env: &[(String, String)]) -> SimApi {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(data_dir.join("sim-api.log")).expect("sim-api.log");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"));
+    command
+        .args(["sim", "api"])
+        .current_dir(data_dir)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .stderr(log);
+    // The registry above never drops it: it goes when the thread that
+    // started it (the test's) does, or the test binary.
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = command.spawn().expect("start pvedeck sim api");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    // It prints its address once it listens (after writing api.json).
+    let listening = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("https://"));
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let process = Killed(child);
+    assert!(
+        listening,
+        "pvedeck sim api did not start: {}",
+        std::fs::read_to_string(data_dir.join("sim-api.log")).unwrap_or_default()
+    );
+    let about: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data_dir.join("sim/api.json")).expect("sim/api.json"),
+    )
+    .expect("api.json");
+    let field = |k: &str| about[k].as_str().expect("api.json field").to_string();
+    SimApi {
+        process,
+        url: field("url"),
+        token: field("token"),
+        fingerprint: field("fingerprint"),
+    }
+}
+
+/// The environment of an `api` server over the simulator's API face: the
+/// cli lane's, without the `qm`/`pvesh`/`pvesm` stand-ins (only the guests'
+/// `ssh`), and with the API's settings.
+pub async fn api_env(
+    data_dir: &std::path::Path,
+) -> (Vec<(String, String)>, std::sync::Arc<SimApi>) {
+    api_env_with(data_dir, &[]).await
+}
+
+/// `api_env` with `vars` over it, for pvedeck and the REST face alike.
+pub async fn api_env_with(
+    data_dir: &std::path::Path,
+    vars: &[(&str, &str)],
+) -> (Vec<(String, String)>, std::sync::Arc<SimApi>) {
+    let cli = cli_env(data_dir, false).await;
+    let mut env: Vec<(String, String)> = with(cli, vars)
+        .into_iter()
+        .filter(|(k, _)| k != "PVE_BACKEND" && !k.starts_with("NODE_"))
+        .collect();
+    let bin = temp_dir("bin");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pvedeck"), bin.join("ssh")).expect("link");
+    for (k, v) in env.iter_mut() {
+        if k == "PATH" {
+            *v = format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+        }
+    }
+    let api = sim_api(data_dir, &env);
+    for (k, v) in [
+        ("PVE_BACKEND", "api"),
+        ("PVE_API_URL", api.url.as_str()),
+        ("PVE_API_TOKEN", api.token.as_str()),
+        ("PVE_API_FINGERPRINT", api.fingerprint.as_str()),
+    ] {
+        env.push((k.to_string(), v.to_string()));
+    }
+    // What the test sets wins, the API's settings included.
+    (with(env, vars), api)
 }

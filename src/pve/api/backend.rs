@@ -15,10 +15,11 @@ use serde_json::Value;
 
 use super::client::ApiClient;
 use super::tasks::{self, TaskDone, TaskSource, TaskStatus, Upid};
+use crate::config::ImageFetch;
 use crate::pve::cli::CliBackend;
 use crate::pve::{
-    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
-    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
+    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 
 /// How often a running task is looked at.
@@ -30,8 +31,10 @@ const TASK_SHORT: Duration = Duration::from_secs(15 * 60);
 
 pub struct ApiBackend {
     client: ApiClient,
-    /// Where images are uploaded for `import-from` (`IMPORT_STORAGE`).
+    /// Where images are put for `import-from` (`IMPORT_STORAGE`).
     import_storage: String,
+    /// `IMAGE_FETCH`: the node downloads images, or pvedeck uploads them.
+    image_fetch: ImageFetch,
     /// The guests are reached as with the `cli` backend: from pvedeck.
     guest: CliBackend,
 }
@@ -71,14 +74,12 @@ pub fn uri_escape(raw: &str) -> String {
 }
 
 /// The name an image gets in the `import` content: Proxmox takes only
-/// `.qcow2`, `.raw`, `.vmdk` and `.ova`, and Ubuntu's `.img` files are
-/// qcow2 inside.
-pub fn import_name(image: &Path) -> String {
-    let name = image
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".img").unwrap_or(&name);
+/// `.qcow2`, `.raw`, `.vmdk` (and `.ova`) there, and only plain characters,
+/// so Ubuntu's `.img` (a qcow2) is renamed. `tag` (a checksum's start) goes
+/// before the extension: a newer image the mirror publishes under the same
+/// name gets a volume of its own instead of colliding with the old one.
+pub fn import_name(file: &str, tag: Option<&str>) -> String {
+    let stem = file.strip_suffix(".img").unwrap_or(file);
     let clean: String = stem
         .chars()
         .map(|c| {
@@ -89,23 +90,61 @@ pub fn import_name(image: &Path) -> String {
             }
         })
         .collect();
-    if [".qcow2", ".raw", ".vmdk", ".ova"]
+    let (base, ext) = match [".qcow2", ".raw", ".vmdk", ".ova"]
         .iter()
-        .any(|ext| clean.ends_with(ext))
+        .find_map(|ext| clean.strip_suffix(ext).map(|base| (base, *ext)))
     {
-        clean
-    } else {
-        format!("{clean}.qcow2")
+        Some(split) => split,
+        None => (clean.as_str(), ".qcow2"),
+    };
+    match tag {
+        Some(tag) => format!("{base}-{tag}{ext}"),
+        None => format!("{base}{ext}"),
     }
 }
 
+/// The checksum's first 16 hex digits: 64 bits tell images apart.
+fn checksum_tag(hex: &str) -> &str {
+    hex.get(..16).unwrap_or(hex)
+}
+
 impl ApiBackend {
-    pub fn new(client: ApiClient, import_storage: String, guest: CliBackend) -> ApiBackend {
+    pub fn new(
+        client: ApiClient,
+        import_storage: String,
+        image_fetch: ImageFetch,
+        guest: CliBackend,
+    ) -> ApiBackend {
         ApiBackend {
             client,
             import_storage,
+            image_fetch,
             guest,
         }
+    }
+
+    /// Whether `volid` is in the import storage's `import` content on
+    /// `node` (and of `size` bytes, when given).
+    async fn has_import(
+        &self,
+        node: &str,
+        volid: &str,
+        size: Option<u64>,
+    ) -> Result<bool, PveError> {
+        let storage = &self.import_storage;
+        let listed = self
+            .client
+            .get(
+                &format!("/nodes/{node}/storage/{storage}/content"),
+                &[("content", "import".to_string())],
+            )
+            .await?;
+        Ok(listed.as_array().is_some_and(|volumes| {
+            volumes.iter().any(|v| {
+                v.get("volid").and_then(Value::as_str) == Some(volid)
+                    && size.is_none_or(|size| v.get("size").and_then(Value::as_u64) == Some(size))
+            })
+        }))
     }
 
     fn vm_path(node: &str, vmid: u32) -> String {
@@ -165,27 +204,18 @@ impl ApiBackend {
         image: &Path,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
-        let name = import_name(image);
+        let file = image
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = import_name(&file, None);
         let storage = &self.import_storage;
         let volid = format!("{storage}:import/{name}");
         let size = tokio::fs::metadata(image)
             .await
             .map_err(|e| PveError::command("upload", format!("{}: {e}", image.display()), 1))?
             .len();
-        let listed = self
-            .client
-            .get(
-                &format!("/nodes/{node}/storage/{storage}/content"),
-                &[("content", "import".to_string())],
-            )
-            .await?;
-        let present = listed.as_array().is_some_and(|volumes| {
-            volumes.iter().any(|v| {
-                v.get("volid").and_then(Value::as_str) == Some(volid.as_str())
-                    && v.get("size").and_then(Value::as_u64) == Some(size)
-            })
-        });
-        if present {
+        if self.has_import(node, &volid, Some(size)).await? {
             out(&format!("{volid} is on node {node} already"));
             return Ok(volid);
         }
@@ -279,7 +309,7 @@ impl ApiBackend {
         if (major, minor) < (8, 4) {
             problems.push(format!(
                 "Proxmox VE {shown} is older than 8.4, the first with the `import` content the api \
-                 backend uploads images into"
+                 backend puts images into"
             ));
         }
         let node = config.main_node.as_str();
@@ -288,8 +318,11 @@ impl ApiBackend {
                 .replace("{assign}", &config.assign_storage)
                 .replace("{import}", &self.import_storage)
                 .replace("{node}", node);
-            let extra = if path == "/vms" {
+            let extra: &[&str] = if path == "/vms" {
                 agent_privileges(major)
+            } else if path.starts_with("/nodes/") && self.image_fetch == ImageFetch::Download {
+                // `download-url` makes the node open connections.
+                &["Sys.AccessNetwork"]
             } else {
                 &[]
             };
@@ -318,9 +351,15 @@ impl ApiBackend {
             .await
         {
             Ok(rows) => {
+                // Found by its id: a server that ignores the filter lists all.
                 let content = rows
                     .as_array()
-                    .and_then(|rows| rows.first())
+                    .and_then(|rows| {
+                        rows.iter().find(|row| {
+                            row.get("storage").and_then(Value::as_str)
+                                == Some(self.import_storage.as_str())
+                        })
+                    })
                     .and_then(|row| row.get("content"))
                     .and_then(Value::as_str)
                     .unwrap_or_default()
@@ -463,11 +502,14 @@ impl Pve for ApiBackend {
         &self,
         node: &str,
         vmid: u32,
-        image: &Path,
+        image: &DiskImage,
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
-        let source = self.upload(node, image, out).await?;
+        let source = match image {
+            DiskImage::File(path) => self.upload(node, path, out).await?,
+            DiskImage::Volume(volid) => volid.clone(),
+        };
         // The disk is imported where the CLI's `importdisk` would put it,
         // attached as it is imported (the engine attaches the same volume
         // again, which changes nothing).
@@ -486,6 +528,51 @@ impl Pve for ApiBackend {
             .and_then(|drive| drive.split(',').next())
             .map(str::to_string)
             .ok_or_else(|| bad(&format!("POST {path}"), "no scsi0 after the import"))
+    }
+
+    fn fetches_images(&self) -> bool {
+        self.image_fetch == ImageFetch::Download
+    }
+
+    /// `download-url` into the `import` content, the mirror's checksum
+    /// passed on so that the node checks what it fetched. The volume's
+    /// name carries the checksum: one that is there is the same image.
+    async fn fetch_image(
+        &self,
+        node: &str,
+        fetch: &NodeFetch<'_>,
+        out: LineSink<'_>,
+    ) -> Result<Fetched, PveError> {
+        let name = import_name(fetch.file, fetch.checksum.map(|(_, hex)| checksum_tag(hex)));
+        let storage = &self.import_storage;
+        let volid = format!("{storage}:import/{name}");
+        if self.has_import(node, &volid, None).await? {
+            return Ok(Fetched {
+                volid,
+                present: true,
+            });
+        }
+        let mut params = vec![
+            ("content", "import".to_string()),
+            ("filename", name),
+            ("url", fetch.url.to_string()),
+        ];
+        if let Some((algo, hex)) = fetch.checksum {
+            params.push(("checksum", hex.to_string()));
+            params.push(("checksum-algorithm", algo.extension().to_string()));
+        }
+        let answer = self
+            .client
+            .post(
+                &format!("/nodes/{node}/storage/{storage}/download-url"),
+                &params,
+            )
+            .await;
+        self.task(answer, out, TASK_LONG).await?;
+        Ok(Fetched {
+            volid,
+            present: false,
+        })
     }
 
     async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
@@ -722,19 +809,34 @@ mod tests {
 
     #[test]
     fn import_names_end_as_proxmox_requires() {
-        let name = |p: &str| import_name(Path::new(p));
+        let name = |p: &str| import_name(p, None);
         assert_eq!(
-            name("/cache/debian-12-generic-amd64.qcow2"),
+            name("debian-12-generic-amd64.qcow2"),
             "debian-12-generic-amd64.qcow2"
         );
         assert_eq!(
-            name("/cache/noble-server-cloudimg-amd64.img"),
+            name("noble-server-cloudimg-amd64.img"),
             "noble-server-cloudimg-amd64.qcow2"
         );
         assert_eq!(
-            name("/cache/Rocky-9-GenericCloud.latest.x86_64.qcow2"),
+            name("Rocky-9-GenericCloud.latest.x86_64.qcow2"),
             "Rocky-9-GenericCloud.latest.x86_64.qcow2"
         );
-        assert_eq!(name("/cache/we ird+name"), "we_ird_name.qcow2");
+        assert_eq!(name("we ird+name"), "we_ird_name.qcow2");
+    }
+
+    #[test]
+    fn a_checksum_tag_goes_before_the_extension() {
+        let sum = "0123456789abcdef0123456789abcdef";
+        let tag = Some(checksum_tag(sum));
+        assert_eq!(
+            import_name("noble-server-cloudimg-amd64.img", tag),
+            "noble-server-cloudimg-amd64-0123456789abcdef.qcow2"
+        );
+        assert_eq!(
+            import_name("Rocky-9-GenericCloud.latest.x86_64.qcow2", tag),
+            "Rocky-9-GenericCloud.latest.x86_64-0123456789abcdef.qcow2"
+        );
+        assert_eq!(checksum_tag("abc"), "abc");
     }
 }

@@ -8,14 +8,13 @@ mod run;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::config::Config;
 use crate::pve::{
-    AgentExec, CloneMode, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
+    AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
     PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 use run::{Output, Runner};
@@ -184,14 +183,14 @@ impl Pve for CliBackend {
         &self,
         node: &str,
         vmid: u32,
-        image: &Path,
+        image: &DiskImage,
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
         let args = vec![
             "importdisk".to_string(),
             vmid.to_string(),
-            image.to_string_lossy().into_owned(),
+            image.file()?.to_string_lossy().into_owned(),
             storage.to_string(),
         ];
         let output = self.on_streaming(node, "qm", args, out).await?;

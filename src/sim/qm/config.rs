@@ -33,6 +33,29 @@ impl SimCluster {
     ) -> Result<Vec<String>, PveError> {
         let command = render("set", vmid, options);
         self.strike("set", Some(vmid), &command).await?;
+        self.apply_set(node, vmid, options, &command).await
+    }
+
+    /// The attachment an API `import-from` ends with: part of the import
+    /// (whose fault it met already), not a `qm set` of its own.
+    pub(in crate::sim) async fn attach_imported(
+        &self,
+        node: &str,
+        vmid: u32,
+        options: &[(String, String)],
+    ) -> Result<Vec<String>, PveError> {
+        let command = render("set", vmid, options);
+        self.apply_set(node, vmid, options, &command).await
+    }
+
+    async fn apply_set(
+        &self,
+        node: &str,
+        vmid: u32,
+        options: &[(String, String)],
+        command: &str,
+    ) -> Result<Vec<String>, PveError> {
+        let command = command.to_string();
         if options.is_empty() {
             return Err(fail(&command, "no options specified"));
         }

@@ -245,7 +245,7 @@ impl Api {
         }
         for line in self
             .sim
-            .qm_set(node, vmid, &[(import.key.clone(), value)])
+            .attach_imported(node, vmid, &[(import.key.clone(), value)])
             .await?
         {
             log.line(&line);

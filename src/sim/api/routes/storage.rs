@@ -17,8 +17,9 @@ use super::super::{Api, ApiResult, data};
 use crate::mirror::Mirror;
 use crate::pve::PveError;
 
-/// `GET /nodes/{node}/storage[?content=…]`: each storage the token may
-/// audit; with `content`, the enabled ones holding that content.
+/// `GET /nodes/{node}/storage[?content=…][&storage=…]`: each storage the
+/// token may audit; with `content`, the enabled ones holding that content;
+/// with `storage`, that one only.
 pub async fn list(
     State(api): State<Arc<Api>>,
     Path(node): Path<String>,
@@ -26,6 +27,7 @@ pub async fn list(
 ) -> ApiResult {
     api.node_up(&node)?;
     let content = params.get("content");
+    let only = params.get("storage");
     let rows = api.sim.pvesm_status(&node, content).await?;
     let storages = api.sim.read(|s| s.storages.clone());
     let audit = ["Datastore.Audit", "Datastore.AllocateSpace"];
@@ -37,7 +39,7 @@ pub async fn list(
         let Some(st) = storages.iter().find(|s| s.id == row.name) else {
             continue;
         };
-        if content.is_some() && !st.enabled {
+        if content.is_some() && !st.enabled || only.is_some_and(|id| id != st.id) {
             continue;
         }
         let (total, used) = (row.total_kib * 1024, row.used_kib * 1024);
