@@ -29,6 +29,8 @@ const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak>
   site   build only the browser bundle into target/site
   e2e    build the site and the server, run only the browser tests
   bench  build everything, measure speed and memory, print the figures
+         (or only those named: list-sim list-cli list-api install
+         concurrent followers large bundle)
   soak   build the server, load it for 30 min (--minutes N): errors, RSS";
 
 fn root() -> PathBuf {
@@ -51,7 +53,7 @@ fn main() -> ExitCode {
         Some("bench") => setup::build_tools(&root)
             .and_then(|()| site::build(&root))
             .and_then(|()| build_server(&root))
-            .and_then(|()| bench::run(&root)),
+            .and_then(|()| bench::run(&root, &args[1..])),
         Some("soak") => build_server(&root).and_then(|()| soak::run(&root, &args[1..])),
         _ => {
             eprintln!("{USAGE}");
@@ -151,14 +153,18 @@ fn test(root: &Path) -> Result<(), Failed> {
     tests(&SERVER, "server, app")?;
     // The engine's suites once more, now through the cli backend: a pvedeck
     // process running the simulator's qm/pvesh/pvesm/ssh stand-ins.
-    run::step(
-        "integration tests again with PVE_BACKEND=cli (release)",
-        || {
-            let mut args = vec!["test", "--release"];
-            args.extend(SERVER);
-            run::cargo_env(root, &args, &[("PVEDECK_TEST_BACKEND", "cli")])
-        },
-    )?;
+    // And through the api backend: a pvedeck process talking HTTPS to the
+    // simulator's REST face (`pvedeck sim api`), no qm/pvesh/pvesm at all.
+    for backend in ["cli", "api"] {
+        run::step(
+            &format!("integration tests again with PVE_BACKEND={backend} (release)"),
+            || {
+                let mut args = vec!["test", "--release"];
+                args.extend(SERVER);
+                run::cargo_env(root, &args, &[("PVEDECK_TEST_BACKEND", backend)])
+            },
+        )?;
+    }
     tests(&["--package", "xtask"], "xtask")?;
     site::build(root)?;
     build_server(root)?;

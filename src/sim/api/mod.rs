@@ -9,7 +9,8 @@
 //! Contract: `DATA_DIR/sim/api.json` =
 //! `{"url":"https://127.0.0.1:<port>/api2/json","fingerprint":"AB:…","token":"pvedeck@pve!deck=<secret>"}`,
 //! written once listening; the URL is printed on stdout. `SIM_API_PORT`
-//! (default 0: a free port), `SIM_API_PRIVS` (default: pvedeck's role).
+//! (default 0: a free port), `SIM_API_PRIVS` (default: pvedeck's role),
+//! `SIM_API_MS` (each answer's latency, default 0).
 
 mod auth;
 mod error;
@@ -147,7 +148,23 @@ async fn serve(config: &Config) -> Result<(), String> {
         execs: Mutex::new(BTreeMap::new()),
         next_pid: AtomicU32::new(1000),
     });
-    let router = routes::router(api.clone());
+    // `SIM_API_MS`: what each answer takes, as pveproxy and pvedaemon
+    // take it on a real cluster (the benchmark's slow Proxmox).
+    let latency = match std::env::var("SIM_API_MS") {
+        Ok(ms) => std::time::Duration::from_millis(
+            ms.parse()
+                .map_err(|_| format!("SIM_API_MS: not a number of milliseconds: {ms}"))?,
+        ),
+        Err(_) => std::time::Duration::ZERO,
+    };
+    let router = routes::router(api.clone()).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            next.run(request).await
+        },
+    ));
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
