@@ -1,7 +1,10 @@
 //! `PVE_BACKEND=api` against the simulator's REST API face (`pvedeck sim
 //! api`, its own process over HTTPS with a self-signed certificate and a
-//! token): an install end to end with no `qm`/`pvesh`/`pvesm` run and no
-//! `ssh root@<node>`, and the start-up checks that name what to change.
+//! token): an install end to end with no `qm`/`pvesh`/`pvesm` run, no
+//! `ssh root@<node>` and no secret written anywhere; the node's own image
+//! download, checked and done once; the start-up checks that name what to
+//! change. (Every other suite runs on this backend too, with
+//! `PVEDECK_TEST_BACKEND=api`.)
 
 mod common;
 
@@ -43,6 +46,7 @@ fn set(env: &mut Vec<(String, String)>, key: &str, value: &str) {
 async fn an_install_through_the_api_runs_no_qm_and_reaches_no_node_over_ssh() {
     let dir = common::temp_dir("api-install");
     let (env, api) = common::api_env(&dir).await;
+    let env = common::with(env, &[("VM_ROOT_PASSWORD", ROOT_PASSWORD)]);
     let (child, url) = common::start_process(&dir, &env);
     let _server = common::Killed(child);
 
@@ -73,16 +77,46 @@ async fn an_install_through_the_api_runs_no_qm_and_reaches_no_node_over_ssh() {
         assert_eq!(argv[0], "ssh", "only the guests' ssh runs: {line}");
         assert!(!line.contains("root@"), "ssh to a node: {line}");
     }
-    // The token's secret is in no log line, event or database row.
+    // No secret (the token's, the VMs' root password) is in any log line,
+    // event or database row: every file pvedeck wrote, and what it sent.
     let secret = api.token.rsplit_once('=').expect("secret").1.to_string();
-    for file in ["server.log", "pvedeck.db", "pvedeck.db-wal"] {
-        let bytes = std::fs::read(dir.join(file)).unwrap_or_default();
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(&secret),
-            "token in {file}"
-        );
+    let said = format!("{events:?}{detail}");
+    for needle in [secret.as_str(), ROOT_PASSWORD] {
+        assert!(!said.contains(needle), "a secret in the events or the job");
+        for file in files(&dir) {
+            let bytes = std::fs::read(&file).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(needle),
+                "a secret in {}",
+                file.display()
+            );
+        }
     }
-    assert!(!detail.to_string().contains(&secret));
+}
+
+const ROOT_PASSWORD: &str = "Correct-Horse-7-Battery";
+
+/// Every file under `dir` but the simulated Proxmox's own (`sim/`, which
+/// holds the token it issued).
+fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path == dir.join("sim") {
+                continue;
+            }
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    assert!(found.iter().any(|f| f.ends_with("server.log")));
+    assert!(found.iter().any(|f| f.ends_with("pvedeck.db")));
+    found
 }
 
 #[tokio::test]
@@ -113,4 +147,91 @@ async fn a_changed_certificate_or_a_refused_privilege_stops_the_start() {
         said.contains("IMPORT_STORAGE local-zfs does not allow the `import` content"),
         "{said}"
     );
+}
+
+/// The steps and messages of `events`, for the assertion messages.
+fn said(events: &[common::Sse]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| format!("{} | {}", e.step(), e.message()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_node_downloads_the_image_once_checked_against_the_mirror_and_refuses_a_mismatch() {
+    use common::mirror::{Mirror, Sums};
+    use sha2::Digest;
+    let dir = common::temp_dir("api-download");
+    let mirror = Mirror::start(common::qcow2(1), Sums::Of(common::qcow2(1))).await;
+    let vars = [("IMAGE_BASE_DEBIAN", mirror.base.as_str())];
+    let (env, _api) = common::api_env_with(&dir, &vars).await;
+    let (child, url) = common::start_process(&dir, &env);
+    let _server = common::Killed(child);
+    let body = r#"{"os":"debian","version":"12"}"#;
+    let sum: String = sha2::Sha512::digest(common::qcow2(1))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let volume = format!("debian-12-generic-amd64-{}.qcow2", &sum[..16]);
+
+    let (_, first) = common::install(&url, body).await;
+    let first = said(&first);
+    for expected in [
+        "OS preparation > downloading OS image | [*] start downloading OS image on node pve1",
+        "OS preparation > downloading OS image | [+] completed OS image download",
+        &format!(
+            "OS preparation > verifying OS image | [+] OS image checked by node pve1 against the SHA-512 published at {}",
+            mirror.list_url()
+        ),
+        "VM initialization > finalizing | [+] VM installation completed",
+    ] {
+        assert!(
+            first.iter().any(|l| l.starts_with(expected)),
+            "{expected} in {first:#?}"
+        );
+    }
+    let (_, second) = common::install(&url, body).await;
+    let second = said(&second);
+    let using = format!(
+        "OS preparation > using OS image | [+] using OS image local:import/{volume} on node pve1"
+    );
+    assert!(second.iter().any(|l| l.starts_with(&using)), "{second:#?}");
+    assert!(!second.iter().any(|l| l.contains("downloading OS image")));
+    let commands = std::fs::read_to_string(dir.join("sim/commands.log")).unwrap_or_default();
+    assert_eq!(commands.matches("/download-url ").count(), 1, "{commands}");
+    assert!(
+        !dir.join("images")
+            .join("debian-12-generic-amd64.qcow2")
+            .exists()
+    );
+
+    // A new image whose published checksum is not its own: the node's
+    // download fails, nothing is created, nothing is kept.
+    mirror.set(common::qcow2(2), Sums::Of(common::qcow2(3)));
+    let (job, third) = common::install(&url, body).await;
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    assert_eq!(detail["state"], "failed");
+    assert_eq!(
+        detail["failed_step"],
+        "OS preparation > downloading OS image"
+    );
+    assert_eq!(detail["outcome"], "none");
+    let failed = said(&third);
+    assert!(
+        failed
+            .iter()
+            .any(|l| l.contains("[-] failed to download OS image: checksum mismatch")),
+        "{failed:#?}"
+    );
+    let after = std::fs::read_to_string(dir.join("sim/commands.log")).unwrap_or_default();
+    assert_eq!(
+        after.matches("qm create").count(),
+        commands.matches("qm create").count()
+    );
+    let kept: Vec<_> = std::fs::read_dir(dir.join("sim/storage/pve1/local/import"))
+        .expect("import dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept, [volume]);
 }

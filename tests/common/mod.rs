@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mirror;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
