@@ -120,7 +120,7 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 #[tokio::test]
-async fn a_changed_certificate_or_a_refused_privilege_stops_the_start() {
+async fn a_changed_certificate_a_refused_token_no_server_or_no_import_content_stops_the_start() {
     let dir = common::temp_dir("api-preflight");
     let (mut env, _api) = common::api_env(&dir).await;
     let wrong = ["AB"; 32].join(":");
@@ -141,12 +141,47 @@ async fn a_changed_certificate_or_a_refused_privilege_stops_the_start() {
     let said = refused_start(&dir, &bad_token);
     assert!(said.contains("PVE_API_TOKEN"), "{said}");
 
+    let mut nobody_home = env.clone();
+    let closed = common::closed_port();
+    let url = format!("https://127.0.0.1:{closed}");
+    set(&mut nobody_home, "PVE_API_URL", &url);
+    let said = refused_start(&dir, &nobody_home);
+    assert!(
+        said.contains(&format!(
+            "cannot reach the Proxmox API at {url}/api2/json (PVE_API_URL)"
+        )),
+        "{said}"
+    );
+
     set(&mut env, "IMPORT_STORAGE", "local-zfs");
     let said = refused_start(&dir, &env);
     assert!(
         said.contains("IMPORT_STORAGE local-zfs does not allow the `import` content"),
         "{said}"
     );
+}
+
+#[tokio::test]
+async fn a_token_without_a_privilege_is_refused_at_start_naming_it() {
+    let dir = common::temp_dir("api-privileges");
+    // pvedeck's role without VM.Clone and Sys.AccessNetwork.
+    let privs = "VM.Audit VM.Allocate VM.Config.CPU VM.Config.Memory VM.Config.HWType \
+                 VM.Config.Options VM.Config.Network VM.Config.Cloudinit VM.Config.CDROM \
+                 VM.Config.Disk VM.PowerMgmt VM.Migrate VM.GuestAgent.Audit \
+                 VM.GuestAgent.Unrestricted Datastore.AllocateSpace Datastore.AllocateTemplate \
+                 Datastore.Audit Sys.Audit SDN.Use";
+    let (env, _api) = common::api_env_with(&dir, &[("SIM_API_PRIVS", privs)]).await;
+    let said = refused_start(&dir, &env);
+    assert!(said.contains("token lacks VM.Clone on /vms"), "{said}");
+    assert!(
+        said.contains("token lacks Sys.AccessNetwork on /nodes/pve1"),
+        "{said}"
+    );
+    // Uploading instead, the node opens no connection: that one is not needed.
+    let upload = common::with(env, &[("IMAGE_FETCH", "upload")]);
+    let said = refused_start(&dir, &upload);
+    assert!(said.contains("token lacks VM.Clone on /vms"), "{said}");
+    assert!(!said.contains("Sys.AccessNetwork"), "{said}");
 }
 
 /// The steps and messages of `events`, for the assertion messages.
