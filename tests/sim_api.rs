@@ -119,6 +119,56 @@ impl SimApi {
         self.send(req.header("Authorization", self.auth())).await
     }
 
+    /// `POST …/upload` as pvedeck's client sends it: the fields, then the
+    /// file as the `filename` part, with its length announced.
+    async fn upload(&self, path: &str, fields: &[(&str, &str)], name: &str, file: &[u8]) -> Answer {
+        let boundary = "pvedeck-5eed0123456789ab";
+        let mut body = Vec::new();
+        for (key, value) in fields {
+            body.extend_from_slice(
+                format!(
+                    "--{boundary}\r\nContent-Disposition: form-data; name=\"{key}\"\r\n\r\n{value}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{name}\"\r\n\
+                 Content-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(file);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let req = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header(
+                "Content-Type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body);
+        self.send(req.header("Authorization", self.auth())).await
+    }
+
+    /// The files in a node's storage's `import` directory, hidden ones too.
+    fn import_files(&self, node: &str, storage: &str) -> Vec<String> {
+        let dir = self
+            .data_dir
+            .join(format!("sim/storage/{node}/{storage}/import"));
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
     async fn delete(&self, path: &str) -> Answer {
         let req = self.client.delete(format!("{}{path}", self.url));
         self.send(req.header("Authorization", self.auth())).await
@@ -471,13 +521,7 @@ async fn a_downloaded_image_is_imported_by_create() {
     let base = format!("{images}/img");
     let api = start(&[("IMAGE_BASE_DEBIAN", base.as_str())]);
     let url = format!("{base}/debian-12-genericcloud-amd64.qcow2");
-    let sum: String = {
-        use sha2::Digest;
-        sha2::Sha256::digest(qcow2(0))
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
+    let sum = sha256_hex(&qcow2(0));
     let form = [
         ("content", "import"),
         ("filename", "debian-12-genericcloud-amd64.qcow2"),
@@ -586,6 +630,209 @@ async fn a_downloaded_image_is_imported_by_create() {
             .await)
         .await;
     assert_eq!(listed, serde_json::json!([]));
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A qcow2 image of `len` bytes (virtual size 2G), larger than axum's
+/// default body limit when `len` is.
+fn big_qcow2(len: usize, tag: u8) -> Vec<u8> {
+    let mut image = qcow2(tag);
+    image.resize(len, tag);
+    image
+}
+
+#[tokio::test]
+async fn an_uploaded_image_is_listed_and_imported_by_create() {
+    let api = start(&[]);
+    let path = "/nodes/pve1/storage/local/upload";
+    let name = "debian-12-upload.qcow2";
+    // Wrong storage, wrong name: refused after the body, as Proxmox does.
+    let refused = api
+        .upload(
+            "/nodes/pve1/storage/iso/upload",
+            &[("content", "import")],
+            name,
+            &qcow2(1),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.reason.as_str()),
+        (500, "storage 'iso' does not support 'import' content")
+    );
+    let img = api
+        .upload(path, &[("content", "import")], "noble.img", &qcow2(1))
+        .await;
+    assert_eq!(img.status, 400, "{}", img.body);
+    assert_eq!(
+        img.body["errors"]["filename"],
+        "invalid filename or wrong extension\n"
+    );
+
+    let image = big_qcow2(3 << 20, 7);
+    let sum = sha256_hex(&image);
+    let fields = [
+        ("content", "import"),
+        ("checksum-algorithm", "sha256"),
+        ("checksum", sum.as_str()),
+    ];
+    let upid = api.ok(api.upload(path, &fields, name, &image).await).await;
+    let text = upid.as_str().expect("UPID");
+    assert!(
+        text.starts_with("UPID:pve1:") && text.ends_with(":imgcopy::pvedeck@pve!deck:"),
+        "{text}"
+    );
+    assert_eq!(api.wait(&upid).await["exitstatus"], "OK");
+    let (lines, _) = api.log(&upid, 0, 0).await;
+    let lines: Vec<&str> = lines.iter().map(|l| l.1.as_str()).collect();
+    assert!(
+        lines[0].starts_with("starting file import from: /var/tmp/pveupload-"),
+        "{lines:?}"
+    );
+    for want in [
+        "calculating checksum...OK, checksum verified",
+        "target node: pve1",
+        "target file: /var/lib/vz/import/debian-12-upload.qcow2",
+        "file size is: 3145728",
+        "finished file import successfully",
+        "TASK OK",
+    ] {
+        assert!(lines.contains(&want), "{want}: {lines:?}");
+    }
+    let content = api
+        .ok(api
+            .get("/nodes/pve1/storage/local/content?content=import")
+            .await)
+        .await;
+    assert_eq!(content[0]["volid"], "local:import/debian-12-upload.qcow2");
+    assert_eq!(content[0]["size"], 3 << 20, "{content}");
+    assert!(
+        api.commands().contains(
+            &"pvesh create /nodes/pve1/storage/local/upload --content import --filename debian-12-upload.qcow2"
+                .to_string()
+        ),
+        "{:?}",
+        api.commands()
+    );
+
+    // The same name again replaces the file (no checksum this time).
+    let smaller = qcow2(8);
+    let upid = api
+        .ok(api
+            .upload(path, &[("content", "import")], name, &smaller)
+            .await)
+        .await;
+    assert_eq!(api.wait(&upid).await["exitstatus"], "OK");
+    let content = api
+        .ok(api
+            .get("/nodes/pve1/storage/local/content?content=import")
+            .await)
+        .await;
+    assert_eq!(content[0]["size"], 4096, "{content}");
+    assert_eq!(api.import_files("pve1", "local"), [name]);
+
+    let upid = api
+        .ok(api
+            .post(
+                "/nodes/pve1/qemu",
+                &[
+                    ("vmid", "172"),
+                    (
+                        "scsi0",
+                        "local-zfs:0,import-from=local:import/debian-12-upload.qcow2",
+                    ),
+                ],
+            )
+            .await)
+        .await;
+    assert_eq!(api.wait(&upid).await["exitstatus"], "OK");
+    let config = api.ok(api.get("/nodes/pve1/qemu/172/config").await).await;
+    assert_eq!(
+        config["scsi0"], "local-zfs:vm-172-disk-0,size=2G",
+        "{config}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_upload_task_leaves_no_file() {
+    let api = start(&[]);
+    let path = "/nodes/pve1/storage/local/upload";
+    let image = qcow2(2);
+    let wrong = sha256_hex(b"something else");
+    let fields = [
+        ("content", "import"),
+        ("checksum-algorithm", "sha256"),
+        ("checksum", wrong.as_str()),
+    ];
+    let upid = api
+        .ok(api.upload(path, &fields, "bad.qcow2", &image).await)
+        .await;
+    let status = api.wait(&upid).await;
+    assert_eq!(
+        status["exitstatus"],
+        format!(
+            "checksum mismatch: got '{}' != expect '{wrong}'",
+            sha256_hex(&image)
+        )
+    );
+    let (lines, _) = api.log(&upid, 0, 0).await;
+    assert!(
+        lines.iter().any(|l| l.1 == "calculating checksum..."),
+        "{lines:?}"
+    );
+    assert_eq!(api.import_files("pve1", "local"), Vec::<String>::new());
+    let content = api
+        .ok(api
+            .get("/nodes/pve1/storage/local/content?content=import")
+            .await)
+        .await;
+    assert_eq!(content, serde_json::json!([]));
+
+    // An injected failure of the task: no file either.
+    api.sim(&["fault", r#"{"op":"upload","action":"fail","times":1}"#]);
+    let upid = api
+        .ok(api
+            .upload(path, &[("content", "import")], "ok.qcow2", &image)
+            .await)
+        .await;
+    assert_eq!(
+        api.wait(&upid).await["exitstatus"],
+        "simulated failure of upload"
+    );
+    assert_eq!(api.import_files("pve1", "local"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_upload_needs_datastore_allocate_template() {
+    let api = start(&[(
+        "SIM_API_PRIVS",
+        "Datastore.Audit,Datastore.AllocateSpace,Sys.AccessNetwork",
+    )]);
+    let denied = api
+        .upload(
+            "/nodes/pve1/storage/local/upload",
+            &[("content", "import")],
+            "d.qcow2",
+            &qcow2(1),
+        )
+        .await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(
+        denied.reason,
+        "Permission check failed (/storage/local, Datastore.AllocateTemplate)"
+    );
+    assert_eq!(
+        denied.body["message"],
+        "Permission check failed (/storage/local, Datastore.AllocateTemplate)\n"
+    );
+    assert!(!api.commands().iter().any(|c| c.contains("/upload")));
+    assert_eq!(api.import_files("pve1", "local"), Vec::<String>::new());
 }
 
 #[tokio::test]

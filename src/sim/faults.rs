@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 23] = [
+pub const OPS: [&str; 24] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -35,6 +35,8 @@ pub const OPS: [&str; 23] = [
     "clean",
     // The REST face's `download-url` task fails (or hangs, or is late).
     "download",
+    // The REST face's `upload` task (`imgcopy`) fails, hangs or is late.
+    "upload",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

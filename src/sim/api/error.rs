@@ -47,6 +47,15 @@ impl ApiError {
         )
     }
 
+    /// pveproxy's own refusal, before any handler: a plain-text body
+    /// (an upload's body it cannot read, for one).
+    pub fn proxy(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            plain: true,
+            ..ApiError::new(status, message)
+        }
+    }
+
     pub fn unauthorized(message: &str) -> ApiError {
         ApiError {
             plain: true,

@@ -10,10 +10,12 @@
 //! `{"url":"https://127.0.0.1:<port>/api2/json","fingerprint":"AB:…","token":"pvedeck@pve!deck=<secret>"}`,
 //! written once listening; the URL is printed on stdout. `SIM_API_PORT`
 //! (default 0: a free port), `SIM_API_PRIVS` (default: pvedeck's role),
-//! `SIM_API_MS` (each answer's latency, default 0).
+//! `SIM_API_MS` (each answer's latency, default 0),
+//! `SIM_UPLOAD_MAX_BYTES` (default 16 GiB: a larger upload gets 413).
 
 mod auth;
 mod error;
+mod multipart;
 mod params;
 mod routes;
 mod tasks;
@@ -45,16 +47,32 @@ pub struct Api {
     /// Finished `agent/exec` runs by (vmid, pid), until their status is read.
     execs: Mutex<BTreeMap<(u32, u32), AgentExec>>,
     next_pid: AtomicU32,
+    /// The largest upload body taken (`SIM_UPLOAD_MAX_BYTES`).
+    upload_max: u64,
 }
 
 impl Api {
+    /// Where a node's file storage keeps one content type's files: `sub`
+    /// is Proxmox's directory for it (`import`, `template/iso`…).
+    fn content_dir(&self, node: &str, storage: &str, sub: &str) -> PathBuf {
+        self.dir.join("storage").join(node).join(storage).join(sub)
+    }
+
     /// Where a node's file storage keeps its `import` volumes.
     fn import_dir(&self, node: &str, storage: &str) -> PathBuf {
-        self.dir
-            .join("storage")
-            .join(node)
-            .join(storage)
-            .join("import")
+        self.content_dir(node, storage, "import")
+    }
+}
+
+/// An image can be many gigabytes; beyond this is a client gone wrong.
+const UPLOAD_MAX_DEFAULT: u64 = 16 << 30;
+
+fn upload_max() -> Result<u64, String> {
+    match std::env::var("SIM_UPLOAD_MAX_BYTES") {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| format!("SIM_UPLOAD_MAX_BYTES: not a byte count: {v}")),
+        Err(_) => Ok(UPLOAD_MAX_DEFAULT),
     }
 }
 
@@ -137,6 +155,7 @@ async fn serve(config: &Config) -> Result<(), String> {
         Err(_) => 0,
     };
     let privs = Privs::from_setting(std::env::var("SIM_API_PRIVS").ok().as_deref());
+    let upload_max = upload_max()?;
     let api = Arc::new(Api {
         sim,
         tasks,
@@ -147,6 +166,7 @@ async fn serve(config: &Config) -> Result<(), String> {
         dir: dir.clone(),
         execs: Mutex::new(BTreeMap::new()),
         next_pid: AtomicU32::new(1000),
+        upload_max,
     });
     // `SIM_API_MS`: what each answer takes, as pveproxy and pvedaemon
     // take it on a real cluster (the benchmark's slow Proxmox).

@@ -94,6 +94,20 @@ impl Params {
         Ok(params)
     }
 
+    /// Parameters from `(key, value)` pairs (an upload's form fields).
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Params {
+        let mut params = Params::default();
+        for (key, value) in pairs {
+            params.push(key, value);
+        }
+        params
+    }
+
+    /// The keys given, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
     fn push(&mut self, key: String, value: String) {
         self.0.entry(key).or_default().push(value);
     }

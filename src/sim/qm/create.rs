@@ -28,13 +28,13 @@ fn next_disk_volume(vm: &SimVm, storage: &str, file_based: bool) -> String {
 /// The virtual size of a disk image: read from a qcow2 header, else the
 /// file's own size.
 fn virtual_size(image: &Path, file_len: u64) -> u64 {
-    let Ok(bytes) = std::fs::read(image).map(|b| b.into_iter().take(32).collect::<Vec<u8>>())
-    else {
-        return file_len;
-    };
-    if bytes.len() >= 32 && bytes[..4] == *b"QFI\xfb" {
+    use std::io::Read;
+    // The header alone: an uploaded image can be hundreds of megabytes.
+    let mut head = [0u8; 32];
+    let read = std::fs::File::open(image).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_ok() && head[..4] == *b"QFI\xfb" {
         let mut size = [0u8; 8];
-        size.copy_from_slice(&bytes[24..32]);
+        size.copy_from_slice(&head[24..32]);
         return u64::from_be_bytes(size);
     }
     file_len

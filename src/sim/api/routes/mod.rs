@@ -6,11 +6,12 @@ mod cluster;
 mod qemu;
 mod storage;
 mod tasks;
+mod upload;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -37,6 +38,12 @@ pub fn router(api: Arc<Api>) -> Router {
         .route(
             "/api2/json/nodes/{node}/storage/{storage}/download-url",
             post(storage::download_url),
+        )
+        .route(
+            "/api2/json/nodes/{node}/storage/{storage}/upload",
+            // The body is streamed to disk under its own limit
+            // (`SIM_UPLOAD_MAX_BYTES`), not gathered under axum's 2 MB.
+            post(upload::upload).layer(DefaultBodyLimit::disable()),
         )
         .route("/api2/json/nodes/{node}/qemu", post(qemu::create))
         .route(q, axum::routing::delete(qemu::destroy))

@@ -58,7 +58,7 @@ pub async fn list(
     Ok(data(list))
 }
 
-fn has_content(content: &str, want: &str) -> bool {
+pub(super) fn has_content(content: &str, want: &str) -> bool {
     content.split(',').any(|c| c == want)
 }
 
@@ -117,7 +117,7 @@ fn import_format(name: &str) -> Option<&'static str> {
 
 /// Proxmox's check for an import file name (Storage.pm): the characters,
 /// and an extension it can import.
-fn valid_filename(name: &str) -> bool {
+pub(super) fn valid_filename(name: &str) -> bool {
     let stem_ok = name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-.+=_".contains(&b));
@@ -129,26 +129,114 @@ fn valid_filename(name: &str) -> bool {
             .is_some_and(|(stem, _)| !stem.is_empty())
 }
 
-/// The lower-case hex digest of `bytes`, for the algorithms the simulator
+/// A digest computed as the bytes go by, for the algorithms the simulator
 /// has (Proxmox also takes md5 and sha1).
-fn digest(algo: &str, bytes: &[u8]) -> Option<String> {
-    let raw: Vec<u8> = match algo {
-        "sha224" => sha2::Sha224::digest(bytes).to_vec(),
-        "sha256" => sha2::Sha256::digest(bytes).to_vec(),
-        "sha384" => sha2::Sha384::digest(bytes).to_vec(),
-        "sha512" => sha2::Sha512::digest(bytes).to_vec(),
-        _ => return None,
-    };
-    Some(raw.iter().map(|b| format!("{b:02x}")).collect())
+pub(super) enum Hasher {
+    Sha224(sha2::Sha224),
+    Sha256(sha2::Sha256),
+    Sha384(sha2::Sha384),
+    Sha512(sha2::Sha512),
 }
 
-/// Where the node would keep the file, for the log.
-fn shown_path(kind: &str, storage: &str, file: &str) -> String {
-    if storage == "local" && kind == "dir" {
-        format!("/var/lib/vz/import/{file}")
-    } else {
-        format!("/mnt/pve/{storage}/import/{file}")
+impl Hasher {
+    pub(super) fn new(algo: &str) -> Option<Hasher> {
+        Some(match algo {
+            "sha224" => Hasher::Sha224(sha2::Sha224::new()),
+            "sha256" => Hasher::Sha256(sha2::Sha256::new()),
+            "sha384" => Hasher::Sha384(sha2::Sha384::new()),
+            "sha512" => Hasher::Sha512(sha2::Sha512::new()),
+            _ => return None,
+        })
     }
+
+    pub(super) fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Hasher::Sha224(h) => h.update(bytes),
+            Hasher::Sha256(h) => h.update(bytes),
+            Hasher::Sha384(h) => h.update(bytes),
+            Hasher::Sha512(h) => h.update(bytes),
+        }
+    }
+
+    /// The lower-case hex digest.
+    pub(super) fn hex(self) -> String {
+        let raw: Vec<u8> = match self {
+            Hasher::Sha224(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+            Hasher::Sha384(h) => h.finalize().to_vec(),
+            Hasher::Sha512(h) => h.finalize().to_vec(),
+        };
+        raw.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The lower-case hex digest of `bytes`, if the algorithm is simulated.
+fn digest(algo: &str, bytes: &[u8]) -> Option<String> {
+    let mut hasher = Hasher::new(algo)?;
+    hasher.update(bytes);
+    Some(hasher.hex())
+}
+
+/// Where the node would keep the file, for the log: `sub` is the
+/// content's directory in the storage (`import`, `template/iso`…).
+pub(super) fn shown_path(kind: &str, storage: &str, sub: &str, file: &str) -> String {
+    if storage == "local" && kind == "dir" {
+        format!("/var/lib/vz/{sub}/{file}")
+    } else {
+        format!("/mnt/pve/{storage}/{sub}/{file}")
+    }
+}
+
+/// The content types a file can be uploaded or downloaded as.
+const CONTENTS: &str = "iso, vztmpl, import";
+
+/// `content`, checked against the schema's enumeration.
+pub(super) fn content_param(params: &Params) -> Result<String, ApiError> {
+    let content = params.required("content")?;
+    if !CONTENTS.split(", ").any(|c| c == content) {
+        return Err(ApiError::param(
+            "content",
+            format!("value '{content}' does not have a value in the enumeration '{CONTENTS}'"),
+        ));
+    }
+    Ok(content.to_string())
+}
+
+/// `checksum` and `checksum-algorithm`: both or neither, a known
+/// algorithm. (checksum as given, algorithm)
+pub(super) fn checksum_params(params: &Params) -> Result<Option<(String, String)>, ApiError> {
+    match (params.get("checksum"), params.get("checksum-algorithm")) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ApiError::param(
+            "checksum",
+            "missing parameter 'checksum-algorithm'",
+        )),
+        (None, Some(_)) => Err(ApiError::param(
+            "checksum-algorithm",
+            "missing parameter 'checksum'",
+        )),
+        (Some(_), Some(a)) if !ALGOS.split(", ").any(|x| x == a) => Err(ApiError::param(
+            "checksum-algorithm",
+            format!("value '{a}' does not have a value in the enumeration '{ALGOS}'"),
+        )),
+        (Some(sum), Some(algo)) => Ok(Some((sum.to_string(), algo.to_string()))),
+    }
+}
+
+/// Proxmox's `normalize_content_filename` (Storage.pm): no directory,
+/// anything but `[a-zA-Z0-9_.-]` made `_`.
+pub(super) fn normalize_filename(name: &str) -> String {
+    let name = name.strip_suffix('\n').unwrap_or(name);
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    base.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 const ALGOS: &str = "md5, sha1, sha224, sha256, sha384, sha512";
@@ -172,39 +260,12 @@ pub async fn download_url(
             "value does not match the regex pattern",
         ));
     }
-    let content = params.required("content")?.to_string();
-    if !["iso", "vztmpl", "import"].contains(&content.as_str()) {
-        return Err(ApiError::param(
-            "content",
-            format!(
-                "value '{content}' does not have a value in the enumeration 'iso, vztmpl, import'"
-            ),
-        ));
-    }
+    let content = content_param(&params)?;
     let filename = params.required("filename")?.to_string();
-    let checksum = params.get("checksum").map(str::to_ascii_lowercase);
-    let algo = params.get("checksum-algorithm").map(str::to_string);
-    match (&checksum, &algo) {
-        (Some(_), None) => {
-            return Err(ApiError::param(
-                "checksum",
-                "missing parameter 'checksum-algorithm'",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(ApiError::param(
-                "checksum-algorithm",
-                "missing parameter 'checksum'",
-            ));
-        }
-        (_, Some(a)) if !ALGOS.split(", ").any(|x| x == a) => {
-            return Err(ApiError::param(
-                "checksum-algorithm",
-                format!("value '{a}' does not have a value in the enumeration '{ALGOS}'"),
-            ));
-        }
-        _ => {}
-    }
+    let (checksum, algo) = match checksum_params(&params)? {
+        Some((sum, algo)) => (Some(sum.to_ascii_lowercase()), Some(algo)),
+        None => (None, None),
+    };
     let Some(st) = api.sim.read(|s| s.storage(&storage).cloned()) else {
         return Err(ApiError::new(
             500,
@@ -232,24 +293,14 @@ pub async fn download_url(
             "invalid filename or wrong extension",
         ));
     }
-    // Proxmox normalises the name the same way (Storage.pm).
-    let filename: String = filename
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let filename = normalize_filename(&filename);
 
     let command = format!(
         "pvesh create /nodes/{node}/storage/{storage}/download-url --content {content} --filename {filename} --url {url}"
     );
     api.sim.record(&command);
     let dir = api.import_dir(&node, &storage);
-    let shown = shown_path(&st.kind, &storage, &filename);
+    let shown = shown_path(&st.kind, &storage, "import", &filename);
     let task_api = api.clone();
     let upid = api.tasks.spawn(
         api.tasks.upid(&node, "download", &filename),
