@@ -2,7 +2,7 @@
 //! SIGKILL mid-install, then a restart that reconciles the job; SIGTERM
 //! with a grace that runs out (the job's cleanup runs) and one that does
 //! not (new jobs get 503, the running one ends). Each runs the server as
-//! its own process, on both lanes.
+//! its own process, on every lane.
 
 mod common;
 
@@ -93,6 +93,17 @@ async fn an_install_killed_while_importing_is_destroyed_at_the_restart() {
         said(&words, &format!("[+] VM {vmid} destroyed")),
         "{words:#?}"
     );
+    if lane() == Lane::Api {
+        // The import is a Proxmox task, whose UPID the job recorded: the
+        // restart follows it to its end (Proxmox then lets go of the VM's
+        // lock) before the cleanup.
+        assert!(
+            words.iter().any(|w| w
+                .starts_with("[*] pvedeck restarted while Proxmox task UPID:pve1:")
+                && w.ends_with("ran: it was followed to its end")),
+            "{words:#?}"
+        );
+    }
     assert_eq!(record["state"], "interrupted");
     assert_eq!(record["outcome"], "destroyed");
     assert_eq!(record["failed_step"], "VM creation > importing disk image");
@@ -174,4 +185,52 @@ async fn sigterm_refuses_new_jobs_and_lets_the_running_one_finish() {
 
     let server = process_server(&data, &[]).await;
     assert_eq!(job(&server, id).await["state"], "succeeded");
+}
+
+#[tokio::test]
+async fn a_start_whose_proxmox_task_outlives_pvedeck_ends_as_the_task_does() {
+    if lane() != Lane::Api {
+        // Only the api backend's operations are Proxmox tasks pvedeck can
+        // find again (`qm` waits on its own, and dies with pvedeck).
+        return;
+    }
+    let data = temp_dir("reattach");
+    let server = process_server(&data, &[]).await;
+    let (installed, _) = install(&server.url, INSTALL).await;
+    let vmid = job(&server, installed).await["vmid"]
+        .as_u64()
+        .expect("VMID");
+    let u = &server.url;
+    assert_eq!(post(&format!("{u}/api/vm/{vmid}/stop")).await.0, 200);
+    fault(
+        &server,
+        r#"{"op":"start","action":"delay","delay_ms":3600000,"times":1}"#,
+    )
+    .await;
+    let res = open_post(&format!("{u}/api/vm/{vmid}/start"), "").await;
+    let id: u64 = res
+        .headers()
+        .get("x-job-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("x-job-id");
+    wait_for(&server, id, "[*] starting VM").await;
+    server.signal("KILL");
+    assert_eq!(server.exit_code().await, None);
+
+    let server = process_server(&data, &[]).await;
+    let words: Vec<String> = to_the_end(&server, id)
+        .await
+        .iter()
+        .map(|e| e.message().to_string())
+        .collect();
+    assert!(
+        words
+            .iter()
+            .any(|w| w.starts_with("[+] Proxmox task UPID:pve1:") && w.contains("ended OK")),
+        "{words:#?}"
+    );
+    assert_eq!(job(&server, id).await["state"], "succeeded");
+    let vm = vm(&server.url, vmid).await.expect("the VM");
+    assert_eq!(vm["status"], "running");
 }

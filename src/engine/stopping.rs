@@ -164,8 +164,9 @@ impl Engine {
             if !ended {
                 let grace = engine.config.shutdown_grace;
                 let stake = job.current_stake();
+                let at = job.last_step();
                 engine
-                    .interrupt(&job, stake, Interruption::Grace(grace))
+                    .interrupt(&job, stake, Interruption::Grace(grace), at)
                     .await;
             }
         });
@@ -184,12 +185,16 @@ impl Engine {
             let (kind, stake, task) = (orphan.kind, orphan.stake, orphan.task);
             tokio::spawn(async move {
                 let _running = running;
+                // Where it stopped, not the restart's own step.
+                let at = job.last_step();
                 if let Some(upid) = task
                     && engine.reattach(&job, kind, &upid).await
                 {
                     return;
                 }
-                engine.interrupt(&job, stake, Interruption::Restart).await;
+                engine
+                    .interrupt(&job, stake, Interruption::Restart, at)
+                    .await;
             });
         }
         Ok(n)
@@ -237,9 +242,14 @@ impl Engine {
     }
 
     /// Ends a job that stopped before its end: the error at the step it
-    /// was at, then what §3.5 does about the VM it had at stake.
-    async fn interrupt(&self, job: &JobHandle, stake: Option<Stake>, why: Interruption) {
-        let step = job.last_step();
+    /// was at (`step`), then what §3.5 does about the VM it had at stake.
+    async fn interrupt(
+        &self,
+        job: &JobHandle,
+        stake: Option<Stake>,
+        why: Interruption,
+        step: String,
+    ) {
         job.emit(StepEvent {
             step: step.clone(),
             status: StepStatus::Error,

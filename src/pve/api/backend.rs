@@ -180,7 +180,11 @@ impl ApiBackend {
             Value::String(text) => {
                 let upid =
                     Upid::parse(&text).ok_or_else(|| bad("task", format!("not a UPID: {text}")))?;
-                tasks::follow(self, &upid, 0, out, TASK_POLL, limit).await
+                // In the job's record before the wait: a restart follows it.
+                crate::pve::owner::started(&upid.text);
+                let done = tasks::follow(self, &upid, 0, out, TASK_POLL, limit).await;
+                crate::pve::owner::ended();
+                done
             }
             // Synchronous answers (PUT config; resize before PVE 8).
             _ => Ok(TaskDone { warnings: 0 }),
