@@ -1,7 +1,9 @@
 // Shared set-up for the browser tests: Debian's Chromium through
 // playwright-core, a page that records every console error, screenshots.
+import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { chromium } from 'playwright-core';
 
 export const BASE_URL = process.env.BASE_URL ?? 'http://127.0.0.1:8080';
@@ -76,7 +78,43 @@ export async function getJson(path) {
   return res.json();
 }
 
-export async function clearFaults() {
-  const res = await fetch(BASE_URL + '/api/sim/faults', { method: 'DELETE' });
-  if (!res.ok) throw new Error(`DELETE faults: ${res.status}`);
+/** The address pvedeck gives VM `vmid`: on its gateway's /24 (the server's
+ *  GATEWAY, as PVEDECK_GATEWAY; the sim backend's default 192.168.0.1). */
+export function vmAddress(vmid) {
+  const gateway = process.env.PVEDECK_GATEWAY ?? '192.168.0.1';
+  return `${gateway.split('.').slice(0, 3).join('.')}.${vmid}`;
 }
+
+// The simulated cluster, changed behind the server's back (faults, nodes
+// going away). A server of the sim backend has routes for it
+// (`/api/sim/…`); one of the api backend over the simulator's REST face has
+// none, and the tests run the simulator's command line on the cluster's data
+// directory instead: `PVEDECK_BIN sim …` with DATA_DIR=SIM_DATA_DIR.
+const PVEDECK_BIN = process.env.PVEDECK_BIN;
+const SIM_DATA_DIR = process.env.SIM_DATA_DIR;
+
+/** `pvedeck sim <args>`; rejects with its output if it fails. Only DATA_DIR:
+ *  the REST face seeded the cluster already, nothing else is read. */
+async function simCommand(...args) {
+  await promisify(execFile)(PVEDECK_BIN, ['sim', ...args], { env: { DATA_DIR: SIM_DATA_DIR } });
+}
+
+export const sim = {
+  /** Injects a fault (see src/sim/faults.rs for its fields). */
+  async fault(fault) {
+    if (PVEDECK_BIN) return simCommand('fault', JSON.stringify(fault));
+    await postJson('/api/sim/faults', fault);
+  },
+
+  async clearFaults() {
+    if (PVEDECK_BIN) return simCommand('fault', 'clear');
+    const res = await fetch(BASE_URL + '/api/sim/faults', { method: 'DELETE' });
+    if (!res.ok) throw new Error(`DELETE faults: ${res.status}`);
+  },
+
+  /** Takes a node offline or brings it back (`state`: 'online', 'offline'). */
+  async node(name, state) {
+    if (PVEDECK_BIN) return simCommand('node', name, state);
+    await post(`/api/sim/node/${name}/${state}`);
+  },
+};

@@ -1,12 +1,12 @@
 // The cluster overview: server-rendered, hydrated, and live.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BASE_URL, launch, openPage, post, screenshot, waitForHydration } from '../lib/browser.mjs';
+import { BASE_URL, launch, openPage, screenshot, sim, waitForHydration } from '../lib/browser.mjs';
 
 let browser;
 before(async () => { browser = await launch(); });
 after(async () => {
-  await post('/api/sim/node/pve3/online');
+  await sim.node('pve3', 'online');
   await browser?.close();
 });
 
@@ -40,7 +40,7 @@ test('overview shows the three nodes and the VMs, hydrates, and follows the clus
   await page.evaluate(() => { window.__sameDocument = true; });
   const pve3 = page.locator('article.node-card[data-node="pve3"] .badge');
   assert.equal(await pve3.textContent(), 'online');
-  await post('/api/sim/node/pve3/offline');
+  await sim.node('pve3', 'offline');
   await page.locator('article.node-card[data-node="pve3"] .badge', { hasText: 'offline' }).waitFor();
   await page.locator('tr[data-vmid="110"] .badge', { hasText: 'unknown' }).waitFor();
   assert.equal(await page.evaluate(() => window.__sameDocument), true, 'no reload happened');

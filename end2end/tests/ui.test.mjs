@@ -4,12 +4,12 @@
 import { after, afterEach, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  BASE_URL, clearFaults, getJson, launch, openPage, post, postJson, screenshot, waitForHydration,
+  BASE_URL, getJson, launch, openPage, post, postJson, screenshot, sim, vmAddress, waitForHydration,
 } from '../lib/browser.mjs';
 
 let browser;
 before(async () => { browser = await launch(); });
-afterEach(async () => { await clearFaults(); });
+afterEach(async () => { await sim.clearFaults(); });
 after(async () => { await browser?.close(); });
 
 /** Fills the create form's name and submits; resolves on the job's URL. */
@@ -31,8 +31,8 @@ test('create a VM through the form and watch its timeline to the end', async () 
   assert.deepEqual(stages, ['preparation', 'OS preparation', 'SSH preparation', 'VM creation', 'VM initialization']);
   const vmid = await result.locator('.vmid').textContent();
   assert.match(vmid, /^\d{3}$/);
-  assert.equal(await result.locator('.ip').textContent(), `192.168.0.${vmid}`);
-  assert.equal(await result.locator('.copy-line code').textContent(), `ssh debian@192.168.0.${vmid}`);
+  assert.equal(await result.locator('.ip').textContent(), vmAddress(vmid));
+  assert.equal(await result.locator('.copy-line code').textContent(), `ssh debian@${vmAddress(vmid)}`);
   // Relayed command output is folded under its step.
   const output = page.locator('.step[data-step="SSH initialization"] details.step-output');
   await output.locator('summary').click();
@@ -43,7 +43,7 @@ test('create a VM through the form and watch its timeline to the end', async () 
 
 test('a reload mid-install replays the timeline and follows it on', async () => {
   // The import takes 5 s of real time: long enough to reload during it.
-  await postJson('/api/sim/faults', { op: 'importdisk', action: 'delay', delay_ms: 250_000, times: 1 });
+  await sim.fault({ op: 'importdisk', action: 'delay', delay_ms: 250_000, times: 1 });
   const { page, errors } = await openPage(browser);
   await createVm(page, 'reload');
   await page.locator('.step[data-step="importing disk image"]').waitFor();
@@ -64,7 +64,7 @@ test('a reload mid-install replays the timeline and follows it on', async () => 
 test('a failed install says which step failed and what became of the VM', async () => {
   const { page, errors } = await openPage(browser);
 
-  await postJson('/api/sim/faults', { op: 'importdisk', action: 'fail', times: 1 });
+  await sim.fault({ op: 'importdisk', action: 'fail', times: 1 });
   await createVm(page, 'broken');
   const failed = page.locator('.result-failed');
   await failed.waitFor({ timeout: 60_000 });
@@ -73,7 +73,7 @@ test('a failed install says which step failed and what became of the VM', async 
   assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was destroyed .*no half-made VM is left/);
   await screenshot(page, 'failure-destroyed');
 
-  await postJson('/api/sim/faults', { op: 'start', action: 'fail', times: 1 });
+  await sim.fault({ op: 'start', action: 'fail', times: 1 });
   await createVm(page, 'nostart');
   await failed.waitFor({ timeout: 60_000 });
   assert.match(await failed.locator('.failed-step').textContent(), /waiting for ready/);

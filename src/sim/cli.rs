@@ -35,6 +35,10 @@ pub fn dispatch(args: &[String]) -> Option<i32> {
             // The REST face: a long-running server, not a one-shot tool.
             return Some(super::api::run());
         }
+        if args.get(2).map(String::as_str) == Some("mirror") {
+            // The images over HTTP for IMAGE_BASE_<OS>: a server as well.
+            return Some(super::mirror_server::run());
+        }
         args.iter().skip(2).cloned().collect()
     } else {
         return None;
@@ -260,7 +264,7 @@ impl Face<'_> {
                 eprintln!(
                     "usage: pvedeck sim qm|pvesh|pvesm|ssh <args>\n       \
                      pvedeck sim fault '<json>' | fault clear\n       \
-                     pvedeck sim node <node> online|offline\n       pvedeck sim log\n       pvedeck sim storage <id> content <list>\n       pvedeck sim api"
+                     pvedeck sim node <node> online|offline\n       pvedeck sim log\n       pvedeck sim storage <id> content <list>\n       pvedeck sim api\n       pvedeck sim mirror"
                 );
                 Ok(2)
             }

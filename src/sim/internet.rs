@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use crate::clock::Clock;
 use crate::mirror::checksums::published;
 use crate::mirror::{Http, ImageError, Mirror, Progress};
-use app::os::{Os, RELEASES};
+use app::os::{Os, RELEASES, Release};
 
 pub struct SimInternet {
     clock: Clock,
@@ -48,15 +48,22 @@ fn image(url: &str) -> Vec<u8> {
 /// it there (lines for every release the directory holds), or `None`.
 fn list(url: &str) -> Option<String> {
     let (dir, name) = url.rsplit_once('/')?;
+    checksums(name, |release| {
+        release.image_url(None) == format!("{dir}/{}", release.file_name())
+    })
+}
+
+/// The checksum list called `name` of the releases `holds` accepts, in the
+/// format of the mirror that publishes a list by that name, or `None`.
+fn checksums(name: &str, holds: impl Fn(&Release) -> bool) -> Option<String> {
     let mut text = String::new();
-    for release in RELEASES {
-        let file = release.file_name();
-        let official = release.image_url(None);
+    for release in RELEASES.iter().filter(|r| holds(r)) {
         let published = published(release.os);
-        if official != format!("{dir}/{file}") || published.list != name {
+        if published.list != name {
             continue;
         }
-        let bytes = image(&official);
+        let file = release.file_name();
+        let bytes = image(&release.image_url(None));
         let hex = published.algo.hex(&bytes);
         text.push_str(&match release.os {
             Os::Debian => format!("{hex}  {file}\n"),
@@ -65,6 +72,18 @@ fn list(url: &str) -> Option<String> {
         });
     }
     (!text.is_empty()).then_some(text)
+}
+
+/// What a local mirror of every release in one directory (`pvedeck sim
+/// mirror`, for `IMAGE_BASE_<OS>`) serves as `name`: a release's image,
+/// the same bytes the simulated official mirror serves, or the checksum list
+/// of the mirror that publishes one by that name (`SHA512SUMS`,
+/// `SHA256SUMS`, `CHECKSUM`), giving its OS's images.
+pub fn local_mirror_file(name: &str) -> Option<Vec<u8>> {
+    match RELEASES.iter().find(|r| r.file_name() == name) {
+        Some(release) => Some(image(&release.image_url(None))),
+        None => checksums(name, |_| true).map(String::into_bytes),
+    }
 }
 
 impl SimInternet {
@@ -153,5 +172,20 @@ mod tests {
         let (dir, _) = debian.rsplit_once('/').unwrap();
         assert_eq!(list(&format!("{dir}/SHA256SUMS")), None);
         assert_eq!(list(&format!("{dir}/nothing")), None);
+    }
+
+    #[test]
+    fn a_local_mirror_serves_every_image_and_the_lists_that_give_them() {
+        use crate::mirror::checksums::find;
+        for release in RELEASES {
+            let file = release.file_name();
+            let bytes = local_mirror_file(&file).unwrap();
+            assert_eq!(bytes, image(&release.image_url(None)), "{file}");
+            let published = published(release.os);
+            let list = String::from_utf8(local_mirror_file(published.list).unwrap()).unwrap();
+            let sum = find(&list, published.algo, &file).unwrap();
+            assert_eq!(sum, Some(published.algo.hex(&bytes)), "{file}");
+        }
+        assert_eq!(local_mirror_file("nothing"), None);
     }
 }

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod faults;
 mod guest;
 mod internet;
+mod mirror_server;
 mod params;
 mod qm;
 mod seed;

@@ -1,5 +1,9 @@
 //! Browser tests: the release server on the simulated cluster, driven by
-//! playwright-core in Debian's headless Chromium (`end2end/`).
+//! playwright-core in Debian's headless Chromium (`end2end/`), twice: with
+//! the sim backend, then with the api backend over the simulator's REST
+//! face (`api.rs`).
+
+mod api;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -52,7 +56,11 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         );
         drop(server);
         result
-    })
+    })?;
+    step(
+        "browser tests again with PVE_BACKEND=api (the simulator's REST face)",
+        || api::run(root),
+    )
 }
 
 /// Starts `target/release/pvedeck` on a free loopback port, in an empty
@@ -64,16 +72,38 @@ pub fn start_server(
     out: &Path,
     env: &[(&str, &str)],
 ) -> Result<(Server, String), Failed> {
-    let mut child = Command::new(root.join("target/release/pvedeck"))
+    let mut command = pvedeck(root, out);
+    command
+        .env("PORT", "0")
+        .env("BIND_ADDR", "127.0.0.1")
+        .env("LEPTOS_SITE_ROOT", root.join("target/site"))
+        .envs(env.iter().copied());
+    start(command, out, "server.log", "http://")
+}
+
+/// `target/release/pvedeck` in an empty environment but for `PATH`, with
+/// `HOME` and working directory `out` and its data in `out/data`.
+fn pvedeck(root: &Path, out: &Path) -> Command {
+    let mut command = Command::new(root.join("target/release/pvedeck"));
+    command
         .current_dir(out)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", out)
-        .env("PORT", "0")
-        .env("BIND_ADDR", "127.0.0.1")
-        .env("DATA_DIR", out.join("data"))
-        .env("LEPTOS_SITE_ROOT", root.join("target/site"))
-        .envs(env.iter().copied())
+        .env("DATA_DIR", out.join("data"));
+    command
+}
+
+/// Starts `command` (a pvedeck server of some kind), its output in
+/// `out/<log>`, and waits for the first word on its standard output that
+/// begins with `scheme`: the URL it prints once it listens.
+fn start(
+    mut command: Command,
+    out: &Path,
+    log: &str,
+    scheme: &'static str,
+) -> Result<(Server, String), Failed> {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -82,15 +112,16 @@ pub fn start_server(
         return Err(Failed("server output was not captured".to_string()));
     };
     let server = Server(child);
-    let log = std::fs::File::create(out.join("server.log")).map_err(io("server.log"))?;
+    let log_path = out.join(log);
+    let log = std::fs::File::create(&log_path).map_err(io(log))?;
 
     let (tx, rx) = mpsc::channel();
-    let stdout_log = log.try_clone().map_err(io("server.log"))?;
+    let stdout_log = log.try_clone().map_err(io("log"))?;
     std::thread::spawn(move || {
         let mut log = stdout_log;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = writeln!(log, "{line}");
-            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with(scheme)) {
                 let _ = tx.send(url.to_string());
             }
         }
@@ -106,7 +137,10 @@ pub fn start_server(
         }
     });
     let url = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
-        Failed("the server did not report a URL (see target/e2e/server.log)".to_string())
+        Failed(format!(
+            "the server did not report a URL (see {})",
+            log_path.display()
+        ))
     })?;
     Ok((server, url))
 }

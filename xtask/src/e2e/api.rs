@@ -1,0 +1,127 @@
+//! The browser tests' second lane: the release server with
+//! `PVE_BACKEND=api`, talking HTTPS to the simulator's REST face
+//! (`pvedeck sim api`) on the same data directory, as the integration
+//! tests' api lane does (`tests/common`). Everything stays on loopback: the
+//! VMs' addresses are `127.0.0.<vmid>`, the guests' `ssh` is the simulator's
+//! stand-in, and the cloud images come from `pvedeck sim mirror`.
+//!
+//! The tests reach the simulated cluster "behind the server's back"
+//! (faults, nodes going offline) through `pvedeck sim …` on the data
+//! directory (`PVEDECK_BIN`, `SIM_DATA_DIR`): an api server has no
+//! `/api/sim/…` routes.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{CHROMIUM, io, pvedeck, start, start_server};
+use crate::run::{Failed, status};
+
+/// The VMs' network: loopback, so that the VMID probe's connection
+/// attempts never leave the machine.
+const GATEWAY: &str = "127.0.0.1";
+
+pub fn run(root: &Path) -> Result<(), Failed> {
+    let out = root.join("target/e2e-api");
+    let data = out.join("data");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).map_err(io("target/e2e-api/data"))?;
+    }
+    std::fs::create_dir_all(&data).map_err(io("target/e2e-api/data"))?;
+    let binary = root.join("target/release/pvedeck");
+
+    // The guests' `ssh`: the pvedeck binary answers as the simulator's
+    // stand-in when called by that name.
+    let bin = out.join("bin");
+    if bin.exists() {
+        std::fs::remove_dir_all(&bin).map_err(io("target/e2e-api/bin"))?;
+    }
+    std::fs::create_dir_all(&bin).map_err(io("target/e2e-api/bin"))?;
+    std::os::unix::fs::symlink(&binary, bin.join("ssh")).map_err(io("target/e2e-api/bin/ssh"))?;
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let mut mirror = pvedeck(root, &out);
+    mirror.args(["sim", "mirror"]);
+    let (mirror, images) = start(mirror, &out, "mirror.log", "http://")?;
+    println!("    image mirror at {images}, log in target/e2e-api/mirror.log");
+
+    let ssh_port = closed_port()?.to_string();
+    let data_dir = data.to_string_lossy().into_owned();
+    let ssh_keys = data.join("ssh").to_string_lossy().into_owned();
+    // What the REST face (the simulated cluster) and the server share.
+    let common = [
+        ("PATH", path.as_str()),
+        ("GATEWAY", GATEWAY),
+        ("MAIN_NODE", "pve1"),
+        ("ASSIGN_STORAGE", "local-zfs"),
+        // .100 is where the demo cluster's foreign host answers: the real
+        // VMID probe of the api backend would not see it.
+        ("ASSIGN_IP_START", "101"),
+        // Where nothing listens: the probe finds every address free.
+        ("SSH_PORT", ssh_port.as_str()),
+        // The simulated guests boot SIM_SPEED times faster; so may the
+        // polling (what the sim backend does by itself).
+        ("SSH_POLL_INTERVAL_MS", "100"),
+        ("SSH_KEY_DIR", ssh_keys.as_str()),
+        ("SIM_SPEED", "50"),
+        ("IMAGE_BASE_DEBIAN", images.as_str()),
+        ("IMAGE_BASE_UBUNTU", images.as_str()),
+        ("IMAGE_BASE_ROCKYLINUX", images.as_str()),
+        ("RUST_LOG", "info"),
+    ];
+
+    let mut sim_api = pvedeck(root, &out);
+    sim_api.args(["sim", "api"]).envs(common);
+    let (sim_api, _) = start(sim_api, &out, "sim-api.log", "https://")?;
+    let about = data.join("sim/api.json");
+    let about: serde_json::Value = std::fs::read(&about)
+        .map_err(io("target/e2e-api/data/sim/api.json"))
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| Failed(format!("target/e2e-api/data/sim/api.json: {e}")))
+        })?;
+    let field = |key: &str| {
+        about[key]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| Failed(format!("sim/api.json has no {key}")))
+    };
+    let (url, token, fingerprint) = (field("url")?, field("token")?, field("fingerprint")?);
+    println!("    simulator's REST face at {url}, log in target/e2e-api/sim-api.log");
+
+    let mut env = common.to_vec();
+    env.extend([
+        ("PVE_BACKEND", "api"),
+        ("PVE_API_URL", url.as_str()),
+        ("PVE_API_TOKEN", token.as_str()),
+        ("PVE_API_FINGERPRINT", fingerprint.as_str()),
+    ]);
+    let (server, url) = start_server(root, &out, &env)?;
+    println!("    server at {url}, log in target/e2e-api/server.log");
+    let result = status(
+        Command::new("node")
+            .args(["--test", "--test-concurrency=1", "tests/"])
+            .current_dir(root.join("end2end"))
+            .env("BASE_URL", &url)
+            .env("CHROMIUM", CHROMIUM)
+            .env("SCREENSHOT_DIR", out.join("screenshots"))
+            .env("PVEDECK_BIN", &binary)
+            .env("SIM_DATA_DIR", &data_dir)
+            .env("PVEDECK_GATEWAY", GATEWAY),
+    );
+    drop(server);
+    drop(sim_api);
+    drop(mirror);
+    result
+}
+
+/// A loopback port where nothing listens (the VMID probe's port).
+fn closed_port() -> Result<u16, Failed> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(io("a loopback port"))
+}
