@@ -219,7 +219,11 @@ impl Config {
     /// What a real cluster is open to with these settings: anyone who
     /// reaches the port may create, stop and destroy VMs.
     pub fn exposure(&self) -> Option<String> {
-        let open = self.allow_ips == AllowList::Everyone && self.api_tokens.is_empty();
+        // On loopback only this machine's users reach it: the advice's own
+        // remedy needs no warning.
+        let open = self.allow_ips == AllowList::Everyone
+            && self.api_tokens.is_empty()
+            && !self.bind.is_loopback();
         (open && self.backend != BackendKind::Sim).then(|| {
             format!(
                 "PVE_BACKEND={} with ALLOW_IPS open to everyone and no API_TOKENS: anyone who \
@@ -921,6 +925,9 @@ mod tests {
         let mut closed: Vec<_> = CLI.to_vec();
         closed.push(("ALLOW_IPS", "10.0.0.0/24"));
         assert_eq!(parse(&closed).unwrap().exposure(), None);
+        let mut local: Vec<_> = CLI.to_vec();
+        local.push(("BIND_ADDR", "127.0.0.1"));
+        assert_eq!(parse(&local).unwrap().exposure(), None, "loopback only");
         assert_eq!(
             parse(&[]).unwrap().exposure(),
             None,
