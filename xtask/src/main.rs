@@ -10,6 +10,7 @@
 //! Every install step checks first, so a second run installs nothing.
 
 mod bench;
+mod deb;
 mod e2e;
 mod http;
 mod run;
@@ -23,7 +24,7 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
   site   build only the browser bundle into target/site
@@ -31,7 +32,9 @@ const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak>
   bench  build everything, measure speed and memory, print the figures
          (or only those named: list-sim list-cli list-api install
          concurrent followers large bundle)
-  soak   build the server, load it for 30 min (--minutes N): errors, RSS";
+  soak   build the server, load it for 30 min (--minutes N): errors, RSS
+  deb    build the site and the server, write and check the Debian package
+         (target/debian/pvedeck_<version>_<arch>.deb)";
 
 fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
@@ -55,6 +58,11 @@ fn main() -> ExitCode {
             .and_then(|()| build_server(&root))
             .and_then(|()| bench::run(&root, &args[1..])),
         Some("soak") => build_server(&root).and_then(|()| soak::run(&root, &args[1..])),
+        Some("deb") => setup::build_tools(&root)
+            .and_then(|()| site::build(&root))
+            .and_then(|()| build_server(&root))
+            .and_then(|()| deb::build(&root))
+            .and_then(|deb| deb::check(&root, &deb)),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -168,6 +176,8 @@ fn test(root: &Path) -> Result<(), Failed> {
     tests(&["--package", "xtask"], "xtask")?;
     site::build(root)?;
     build_server(root)?;
+    let package = deb::build(root)?;
+    deb::check(root, &package)?;
     e2e::run(root)?;
     println!(
         "\nxtask: all checks and tests passed in {:.0?}",
