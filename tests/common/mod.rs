@@ -189,12 +189,16 @@ pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Ser
 /// A directory with `qm`, `pvesh`, `pvesm` (and `ssh` unless `real_ssh`)
 /// linked to the pvedeck binary: the simulator's command-line face.
 pub fn stand_ins(real_ssh: bool) -> PathBuf {
-    let dir = temp_dir("bin");
-    let tools: &[&str] = if real_ssh {
-        &["qm", "pvesh", "pvesm"]
+    if real_ssh {
+        links(&["qm", "pvesh", "pvesm"])
     } else {
-        &["qm", "pvesh", "pvesm", "ssh"]
-    };
+        links(&["qm", "pvesh", "pvesm", "ssh"])
+    }
+}
+
+/// A fresh directory where each of `tools` is the pvedeck binary.
+fn links(tools: &[&str]) -> PathBuf {
+    let dir = temp_dir("bin");
     for tool in tools {
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pvedeck"), dir.join(tool)).expect("link");
     }
@@ -210,8 +214,23 @@ pub fn closed_port() -> u16 {
 /// The environment of a `cli` server: a cluster on loopback whose `qm` and
 /// friends are the stand-ins, images from a local mirror.
 pub async fn cli_env(data_dir: &std::path::Path, real_ssh: bool) -> Vec<(String, String)> {
+    let env = loopback_env(data_dir, &stand_ins(real_ssh)).await;
+    with(
+        env,
+        &[
+            ("PVE_BACKEND", "cli"),
+            ("NODE_pve1", "127.0.0.1"),
+            ("NODE_pve2", "127.0.0.12"),
+            ("NODE_pve3", "127.0.0.13"),
+        ],
+    )
+}
+
+/// What a server process over one of the simulator's outer faces needs
+/// (`cli`, `api`): `bin` first on `PATH`, the cluster on loopback, images
+/// from a local mirror.
+async fn loopback_env(data_dir: &std::path::Path, bin: &std::path::Path) -> Vec<(String, String)> {
     let mut env = base_env(data_dir);
-    let bin = stand_ins(real_ssh);
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -223,12 +242,8 @@ pub async fn cli_env(data_dir: &std::path::Path, real_ssh: bool) -> Vec<(String,
     for (k, v) in [
         ("PATH", path.as_str()),
         ("HOME", &data("home")),
-        ("PVE_BACKEND", "cli"),
         ("GATEWAY", "127.0.0.1"),
         ("MAIN_NODE", "pve1"),
-        ("NODE_pve1", "127.0.0.1"),
-        ("NODE_pve2", "127.0.0.12"),
-        ("NODE_pve3", "127.0.0.13"),
         ("ASSIGN_STORAGE", "local-zfs"),
         // .100 is where the demo cluster's foreign host answers: the real
         // probe of the cli backend would not see it.
@@ -678,22 +693,7 @@ pub async fn api_env_with(
     data_dir: &std::path::Path,
     vars: &[(&str, &str)],
 ) -> (Vec<(String, String)>, std::sync::Arc<SimApi>) {
-    let cli = cli_env(data_dir, false).await;
-    let mut env: Vec<(String, String)> = with(cli, vars)
-        .into_iter()
-        .filter(|(k, _)| k != "PVE_BACKEND" && !k.starts_with("NODE_"))
-        .collect();
-    let bin = temp_dir("bin");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pvedeck"), bin.join("ssh")).expect("link");
-    for (k, v) in env.iter_mut() {
-        if k == "PATH" {
-            *v = format!(
-                "{}:{}",
-                bin.display(),
-                std::env::var("PATH").unwrap_or_default()
-            );
-        }
-    }
+    let mut env = with(loopback_env(data_dir, &links(&["ssh"])).await, vars);
     let api = sim_api(data_dir, &env);
     for (k, v) in [
         ("PVE_BACKEND", "api"),

@@ -112,10 +112,7 @@ fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
         std::env::var("PATH").unwrap_or_default()
     );
     // A loopback port where nothing listens: the VMID probe's.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(io("free port"))?
-        .port();
+    let closed = crate::e2e::closed_port()?;
     let data = |sub: &str| dir.join(sub).display().to_string();
     Ok([
         ("PATH", path),
@@ -310,49 +307,21 @@ const API_MS: &str = "50";
 /// `pvedeck sim api` on `dir`'s cluster, each answer `API_MS` late; the
 /// api backend's settings to reach it.
 fn sim_api(root: &Path, dir: &Path) -> Result<(Server, Vec<(String, String)>), Failed> {
-    use std::io::BufRead;
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).map_err(io("bench dir"))?;
-    let mut child = Command::new(root.join("target/release/pvedeck"))
-        .args(["sim", "api"])
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("DATA_DIR", &data)
-        .env("SIM_API_MS", API_MS)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(io("pvedeck sim api"))?;
-    let stdout = child.stdout.take();
-    let face = Server(child);
-    let listening = stdout.is_some_and(|out| {
-        std::io::BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|line| line.starts_with("https://"))
-    });
-    if !listening {
-        return Err(Failed("pvedeck sim api did not start".to_string()));
-    }
-    let about = std::fs::read_to_string(data.join("sim/api.json")).map_err(io("sim/api.json"))?;
-    let about: serde_json::Value =
-        serde_json::from_str(&about).map_err(|e| Failed(format!("sim/api.json: {e}")))?;
-    let field = |k: &str| about[k].as_str().unwrap_or_default().to_string();
-    let env = [
-        ("PVE_BACKEND", "api".to_string()),
-        ("PVE_API_URL", field("url")),
-        ("PVE_API_TOKEN", field("token")),
-        ("PVE_API_FINGERPRINT", field("fingerprint")),
-        ("MAIN_NODE", "pve1".to_string()),
+    std::fs::create_dir_all(dir.join("data")).map_err(io("bench dir"))?;
+    let (face, settings) = crate::e2e::start_sim_api(root, dir, &[("SIM_API_MS", API_MS)])?;
+    let mut env: Vec<(String, String)> = settings
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    for (k, v) in [
+        ("MAIN_NODE", "pve1"),
         // Loopback VM addresses: nothing leaves the machine.
-        ("GATEWAY", "127.0.0.1".to_string()),
-        ("ASSIGN_STORAGE", "local-zfs".to_string()),
-    ];
-    Ok((
-        face,
-        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-    ))
+        ("GATEWAY", "127.0.0.1"),
+        ("ASSIGN_STORAGE", "local-zfs"),
+    ] {
+        env.push((k.to_string(), v.to_string()));
+    }
+    Ok((face, env))
 }
 
 fn list_load(root: &Path, dir: &Path, face: Face, figures: &mut Vec<Figure>) -> Result<(), Failed> {

@@ -34,11 +34,7 @@ fn io(what: &str) -> impl Fn(std::io::Error) -> Failed + '_ {
 pub fn run(root: &Path) -> Result<(), Failed> {
     step("browser tests (headless Chromium, release server)", || {
         let out = root.join("target/e2e");
-        let data = out.join("data");
-        if data.exists() {
-            std::fs::remove_dir_all(&data).map_err(io("target/e2e/data"))?;
-        }
-        std::fs::create_dir_all(&data).map_err(io("target/e2e/data"))?;
+        fresh_dir(&out.join("data"))?;
         let env = [
             ("PVE_BACKEND", "sim"),
             ("SIM_SPEED", "50"),
@@ -46,14 +42,7 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         ];
         let (server, url) = start_server(root, &out, &env)?;
         println!("    server at {url}, log in target/e2e/server.log");
-        let result = status(
-            Command::new("node")
-                .args(["--test", "--test-concurrency=1", "tests/"])
-                .current_dir(root.join("end2end"))
-                .env("BASE_URL", &url)
-                .env("CHROMIUM", CHROMIUM)
-                .env("SCREENSHOT_DIR", out.join("screenshots")),
-        );
+        let result = status(&mut browser_tests(root, &url, &out));
         drop(server);
         result
     })?;
@@ -61,6 +50,72 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         "browser tests again with PVE_BACKEND=api (the simulator's REST face)",
         || api::run(root),
     )
+}
+
+/// Empties `dir` (what a previous run left) and makes it.
+fn fresh_dir(dir: &Path) -> Result<(), Failed> {
+    let shown = dir.display().to_string();
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io(&shown))?;
+    }
+    std::fs::create_dir_all(dir).map_err(io(&shown))
+}
+
+/// The browser suites (`end2end/tests/`) against the server at `url`,
+/// screenshots in `out/screenshots`.
+fn browser_tests(root: &Path, url: &str, out: &Path) -> Command {
+    let mut command = Command::new("node");
+    command
+        .args(["--test", "--test-concurrency=1", "tests/"])
+        .current_dir(root.join("end2end"))
+        .env("BASE_URL", url)
+        .env("CHROMIUM", CHROMIUM)
+        .env("SCREENSHOT_DIR", out.join("screenshots"));
+    command
+}
+
+/// A loopback port where nothing listens (the VMID probe's port).
+pub fn closed_port() -> Result<u16, Failed> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(io("a loopback port"))
+}
+
+/// Environment variables a server is started with.
+pub type Settings = Vec<(&'static str, String)>;
+
+/// Starts `pvedeck sim api` on `out/data`'s cluster with `env`; the
+/// settings a `PVE_BACKEND=api` server needs to reach it (from
+/// `sim/api.json`).
+pub fn start_sim_api(
+    root: &Path,
+    out: &Path,
+    env: &[(&str, &str)],
+) -> Result<(Server, Settings), Failed> {
+    let mut command = pvedeck(root, out);
+    command.args(["sim", "api"]).envs(env.iter().copied());
+    let (server, _) = start(command, out, "sim-api.log", "https://")?;
+    let about = out.join("data/sim/api.json");
+    let shown = about.display().to_string();
+    let about: serde_json::Value = std::fs::read(&about)
+        .map_err(io(&shown))
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| Failed(format!("{shown}: {e}")))
+        })?;
+    let field = |key: &str| {
+        about[key]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| Failed(format!("{shown} has no {key}")))
+    };
+    let settings = vec![
+        ("PVE_BACKEND", "api".to_string()),
+        ("PVE_API_URL", field("url")?),
+        ("PVE_API_TOKEN", field("token")?),
+        ("PVE_API_FINGERPRINT", field("fingerprint")?),
+    ];
+    Ok((server, settings))
 }
 
 /// Starts `target/release/pvedeck` on a free loopback port, in an empty

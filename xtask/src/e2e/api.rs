@@ -11,9 +11,10 @@
 //! `/api/sim/…` routes.
 
 use std::path::Path;
-use std::process::Command;
 
-use super::{CHROMIUM, io, pvedeck, start, start_server};
+use super::{
+    browser_tests, closed_port, fresh_dir, io, pvedeck, start, start_server, start_sim_api,
+};
 use crate::run::{Failed, status};
 
 /// The VMs' network: loopback, so that the VMID probe's connection
@@ -23,19 +24,13 @@ const GATEWAY: &str = "127.0.0.1";
 pub fn run(root: &Path) -> Result<(), Failed> {
     let out = root.join("target/e2e-api");
     let data = out.join("data");
-    if data.exists() {
-        std::fs::remove_dir_all(&data).map_err(io("target/e2e-api/data"))?;
-    }
-    std::fs::create_dir_all(&data).map_err(io("target/e2e-api/data"))?;
+    fresh_dir(&data)?;
     let binary = root.join("target/release/pvedeck");
 
     // The guests' `ssh`: the pvedeck binary answers as the simulator's
     // stand-in when called by that name.
     let bin = out.join("bin");
-    if bin.exists() {
-        std::fs::remove_dir_all(&bin).map_err(io("target/e2e-api/bin"))?;
-    }
-    std::fs::create_dir_all(&bin).map_err(io("target/e2e-api/bin"))?;
+    fresh_dir(&bin)?;
     std::os::unix::fs::symlink(&binary, bin.join("ssh")).map_err(io("target/e2e-api/bin/ssh"))?;
     let path = format!(
         "{}:{}",
@@ -73,41 +68,15 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         ("RUST_LOG", "info"),
     ];
 
-    let mut sim_api = pvedeck(root, &out);
-    sim_api.args(["sim", "api"]).envs(common);
-    let (sim_api, _) = start(sim_api, &out, "sim-api.log", "https://")?;
-    let about = data.join("sim/api.json");
-    let about: serde_json::Value = std::fs::read(&about)
-        .map_err(io("target/e2e-api/data/sim/api.json"))
-        .and_then(|bytes| {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| Failed(format!("target/e2e-api/data/sim/api.json: {e}")))
-        })?;
-    let field = |key: &str| {
-        about[key]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| Failed(format!("sim/api.json has no {key}")))
-    };
-    let (url, token, fingerprint) = (field("url")?, field("token")?, field("fingerprint")?);
-    println!("    simulator's REST face at {url}, log in target/e2e-api/sim-api.log");
+    let (sim_api, settings) = start_sim_api(root, &out, &common)?;
+    println!("    simulator's REST face, log in target/e2e-api/sim-api.log");
 
     let mut env = common.to_vec();
-    env.extend([
-        ("PVE_BACKEND", "api"),
-        ("PVE_API_URL", url.as_str()),
-        ("PVE_API_TOKEN", token.as_str()),
-        ("PVE_API_FINGERPRINT", fingerprint.as_str()),
-    ]);
+    env.extend(settings.iter().map(|(k, v)| (*k, v.as_str())));
     let (server, url) = start_server(root, &out, &env)?;
     println!("    server at {url}, log in target/e2e-api/server.log");
     let result = status(
-        Command::new("node")
-            .args(["--test", "--test-concurrency=1", "tests/"])
-            .current_dir(root.join("end2end"))
-            .env("BASE_URL", &url)
-            .env("CHROMIUM", CHROMIUM)
-            .env("SCREENSHOT_DIR", out.join("screenshots"))
+        browser_tests(root, &url, &out)
             .env("PVEDECK_BIN", &binary)
             .env("SIM_DATA_DIR", &data_dir)
             .env("PVEDECK_GATEWAY", GATEWAY),
@@ -116,12 +85,4 @@ pub fn run(root: &Path) -> Result<(), Failed> {
     drop(sim_api);
     drop(mirror);
     result
-}
-
-/// A loopback port where nothing listens (the VMID probe's port).
-fn closed_port() -> Result<u16, Failed> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .map_err(io("a loopback port"))
 }
