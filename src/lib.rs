@@ -8,12 +8,14 @@
 #![recursion_limit = "256"]
 
 pub mod api;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod engine;
 #[cfg(test)]
 mod fuzz;
 pub mod jobs;
+pub mod metrics;
 pub mod mirror;
 pub mod net;
 pub mod pve;

@@ -177,6 +177,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     let router = Router::new()
         .nest("/api", api::router(state.clone()))
         .route("/sh/{name}", axum::routing::get(api::sh::script))
+        .route("/metrics", axum::routing::get(api::metrics))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(leptos.clone())
         })
@@ -188,7 +189,10 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             state.clone(),
             api::middleware::guard_cross_site,
         ))
-        .layer(axum::middleware::from_fn(api::middleware::log_request))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::middleware::log_request,
+        ))
         .with_state(state);
     Ok((router, engine))
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use app::backend::{Backend, Caller, SessionCookie};
 use app::request::{Body, InstallBody, SetNode, TemplateBody};
 use app::types::{
-    Catalog, Job, JobDetail, ListFilter, OVERVIEW_PAGE, Overview, Resize, TemplatesPage, UiError,
-    VmAction, VmDetail, VmList,
+    Catalog, Job, JobDetail, ListFilter, NodeHistory, OVERVIEW_PAGE, Overview, Resize,
+    TemplatesPage, Timeframe, UiError, VmAction, VmDetail, VmList,
 };
 
 use crate::api::status_of;
@@ -83,7 +83,20 @@ impl Backend for UiBackend {
             age_ms: listing.age_ms,
             stale: listing.stale,
             failure: listing.failure,
+            sparks: self.0.sparks().await,
         })
+    }
+
+    async fn node_history(
+        &self,
+        node: String,
+        timeframe: Timeframe,
+    ) -> Result<NodeHistory, UiError> {
+        self.0
+            .node_history(&node, timeframe)
+            .await
+            .map(|h| h.as_ref().clone())
+            .map_err(ui)
     }
 
     async fn catalog(&self) -> Result<Catalog, UiError> {

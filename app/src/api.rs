@@ -10,8 +10,8 @@ use leptos::prelude::*;
 use crate::codec::Json;
 use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, Overview, Resize, TemplatesPage, UiError, VmAction,
-    VmDetail,
+    Catalog, Job, JobDetail, ListFilter, NodeHistory, Overview, Resize, TemplatesPage, Timeframe,
+    UiError, VmAction, VmDetail,
 };
 
 /// What the engine answered: the value, or its refusal.
@@ -77,6 +77,15 @@ mod server {
 #[server(prefix = "/fn", endpoint = "overview", output = Json)]
 pub async fn get_overview(filter: ListFilter, page: usize) -> Result<Answer<Overview>, UiError> {
     Ok(server::backend()?.0.list(filter, page).await)
+}
+
+/// A node's history over a timeframe: its page's charts.
+#[server(prefix = "/fn", endpoint = "node_history", output = Json)]
+pub async fn get_node_history(
+    node: String,
+    timeframe: Timeframe,
+) -> Result<Answer<NodeHistory>, UiError> {
+    Ok(server::backend()?.0.node_history(node, timeframe).await)
 }
 
 /// The OS table, the limits and the nodes, for the create form.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, Overview, Resize, TemplatesPage, UiError, VmAction,
-    VmDetail,
+    Catalog, Job, JobDetail, ListFilter, NodeHistory, Overview, Resize, TemplatesPage, Timeframe,
+    UiError, VmAction, VmDetail,
 };
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session
@@ -40,6 +40,12 @@ pub trait Backend: Send + Sync {
     fn logout(&self, session: &str);
     /// One page of the list from the cluster snapshot, with its age.
     async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError>;
+    /// A node's history over a timeframe (its page's charts).
+    async fn node_history(
+        &self,
+        node: String,
+        timeframe: Timeframe,
+    ) -> Result<NodeHistory, UiError>;
     async fn catalog(&self) -> Result<Catalog, UiError>;
     async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError>;
     async fn jobs(&self) -> Result<Vec<Job>, UiError>;

@@ -8,7 +8,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::pages::templates::Row;
 use crate::timeline::StageView;
-use crate::types::{Job, NodeSummary, VmSummary};
+use crate::types::{Job, NodeSpark, NodeSummary, VmSummary};
 
 fn hash(value: impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
@@ -29,6 +29,15 @@ pub fn vm(vm: &VmSummary) -> u64 {
             vm.memory_used.to_bits(),
         ),
         (&vm.status, &vm.ip, vm.reserved, vm.managed, &vm.lock),
+    ))
+}
+
+/// A node card: its figures and its sparklines.
+pub fn node_card((n, spark): &(NodeSummary, Option<NodeSpark>)) -> u64 {
+    let line = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    hash((
+        node(n),
+        spark.as_ref().map(|s| (line(&s.cpu), line(&s.memory))),
     ))
 }
 

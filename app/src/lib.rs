@@ -33,6 +33,7 @@ use leptos_router::{
 use pages::jobs::{JobPage, Jobs};
 use pages::login::Login;
 use pages::new_vm::NewVm;
+use pages::node::NodePage;
 use pages::templates::Templates;
 use pages::vm::VmPage;
 use pages::{not_found::NotFound, overview::Overview};
@@ -95,6 +96,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
                     <Route path=path!("/new") view=NewVm ssr=SsrMode::Async/>
                     <Route path=path!("/vm/:id") view=VmPage ssr=SsrMode::Async/>
+                    <Route path=path!("/node/:name") view=NodePage ssr=SsrMode::Async/>
                     <Route path=path!("/templates") view=Templates ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=Jobs ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/:id") view=JobPage ssr=SsrMode::Async/>

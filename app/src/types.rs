@@ -56,6 +56,71 @@ pub struct Overview {
     pub stale: bool,
     /// Why the last refresh failed, when it did.
     pub failure: Option<String>,
+    /// Each online node's last hour (CPU and RAM), for the node cards.
+    #[serde(default)]
+    pub sparks: Vec<NodeSpark>,
+}
+
+/// Which stretch of a node's history (`pvesh get /nodes/<n>/rrddata
+/// --timeframe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Timeframe {
+    #[default]
+    Hour,
+    Day,
+    Week,
+}
+
+impl Timeframe {
+    pub const ALL: [Timeframe; 3] = [Timeframe::Hour, Timeframe::Day, Timeframe::Week];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timeframe::Hour => "hour",
+            Timeframe::Day => "day",
+            Timeframe::Week => "week",
+        }
+    }
+
+    /// `hour`, `day`, `week`; anything else is not a timeframe.
+    pub fn parse(raw: &str) -> Option<Timeframe> {
+        Timeframe::ALL.into_iter().find(|t| t.as_str() == raw)
+    }
+}
+
+/// A node card's sparklines: CPU and RAM in use, %, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeSpark {
+    pub node: String,
+    pub cpu: Vec<f32>,
+    pub memory: Vec<f32>,
+}
+
+/// One sample of a node's history; a field Proxmox left out is `None`
+/// (a gap in the chart).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct HistoryPoint {
+    /// Unix time, seconds.
+    pub time: i64,
+    /// % of the node's CPUs in use.
+    pub cpu: Option<f32>,
+    /// % of CPU time waiting for I/O (Proxmox's "IO delay").
+    pub iowait: Option<f32>,
+    /// GiB.
+    pub memory_used: Option<f32>,
+    pub memory_total: Option<f32>,
+    /// Bytes per second.
+    pub net_in: Option<f32>,
+    pub net_out: Option<f32>,
+}
+
+/// A node's page: its history over a timeframe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHistory {
+    pub node: String,
+    pub timeframe: Timeframe,
+    pub points: Vec<HistoryPoint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -11,12 +11,24 @@ use axum::response::{IntoResponse, Response};
 use super::ApiError;
 use crate::server::AppState;
 
-/// One log line per request, written when the response starts.
-pub async fn log_request(req: Request, next: Next) -> Response {
+/// One log line per request, written when the response starts, and one
+/// count in `/metrics` under the route it matched (its template: ids and
+/// names as sent are not labels).
+pub async fn log_request(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(none)", MatchedPath::as_str)
+        .to_string();
     let started = Instant::now();
     let response = next.run(req).await;
+    state
+        .engine
+        .jobs()
+        .metrics()
+        .request(&route, method.as_str(), response.status().as_u16());
     tracing::info!(
         %method,
         path,

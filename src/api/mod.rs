@@ -68,6 +68,19 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// `GET /metrics`: open like every read (no secret or per-user data in it).
+pub async fn metrics(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        state.engine.metrics_text(),
+    )
+}
+
 async fn not_found() -> (StatusCode, &'static str) {
     (StatusCode::NOT_FOUND, "404 page not found")
 }

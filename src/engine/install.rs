@@ -39,6 +39,8 @@ pub(super) struct Failure {
     step: String,
     message: String,
     cleanup: Cleanup,
+    /// How long the step ran before it failed (for `/metrics`).
+    took: std::time::Duration,
 }
 
 impl Failure {
@@ -55,6 +57,7 @@ impl Failure {
             step: step.name.clone(),
             message,
             cleanup,
+            took: step.started().elapsed(),
         }
     }
 }
@@ -239,6 +242,7 @@ impl Engine {
         failure: Failure,
         vm: Option<(u32, String)>,
     ) {
+        job.metrics().step(&failure.step, false, failure.took);
         job.emit(StepEvent {
             step: failure.step.clone(),
             status: StepStatus::Error,
@@ -421,6 +425,7 @@ impl Engine {
                 step: "preparation".to_string(),
                 message: "[-] the preparation was stopped".to_string(),
                 cleanup: Cleanup::Nothing,
+                took: std::time::Duration::ZERO,
             }),
         }
     }

@@ -19,6 +19,7 @@ pub mod list;
 mod memory;
 mod readiness;
 mod report;
+mod rrd;
 pub mod scope;
 pub mod sessions;
 mod snapshot;
@@ -29,7 +30,7 @@ mod templates;
 
 use std::sync::Arc;
 
-use app::types::{Job, JobDetail, ListFilter};
+use app::types::{Job, JobDetail, ListFilter, NodeHistory, NodeSpark, Timeframe};
 
 use crate::clock::Clock;
 use crate::config::{Config, Limits};
@@ -46,6 +47,8 @@ pub struct Engine {
     proxmox: Arc<Timed>,
     /// What the cluster looked like when last read.
     cluster: Arc<snapshot::Cluster>,
+    /// The nodes' history (`rrddata`) for the charts.
+    history: Arc<rrd::History>,
     config: Arc<Config>,
     jobs: Arc<Jobs>,
     allocator: Arc<Allocator>,
@@ -94,18 +97,24 @@ impl Engine {
     /// the current runtime).
     pub fn new(config: Arc<Config>, parts: Parts) -> Engine {
         let config_ttl = config.session_ttl;
-        let proxmox = Arc::new(Timed::bounded(
-            parts.pve,
-            (config.command_timeout, config.long_command_timeout),
-            config.max_pve_commands,
-        ));
+        let proxmox = Arc::new(
+            Timed::bounded(
+                parts.pve,
+                (config.command_timeout, config.long_command_timeout),
+                config.max_pve_commands,
+            )
+            .observed(parts.jobs.metrics().clone()),
+        );
+        let history = Arc::new(rrd::History::default());
         Engine {
             cluster: snapshot::Cluster::start(
                 proxmox.clone(),
+                history.clone(),
                 config.main_node.clone(),
                 config.snapshot_interval,
                 config.snapshot_idle,
             ),
+            history,
             proxmox,
             images: Images::bounded(
                 parts.mirror,
@@ -138,6 +147,12 @@ impl Engine {
         &self.jobs
     }
 
+    /// `GET /metrics`: the counters, and the snapshot's age as of now
+    /// (reading it is not a reader's read: it keeps no refresher going).
+    pub fn metrics_text(&self) -> String {
+        self.jobs.metrics().render(self.cluster.age())
+    }
+
     /// `GET /api/vm/list` (SPEC §5), from the cluster snapshot, with its age.
     pub async fn list(&self, filter: ListFilter) -> Result<Listing, EngineError> {
         let view = self.cluster.read().await?;
@@ -147,6 +162,26 @@ impl Engine {
             stale: view.stale,
             failure: view.failure,
         })
+    }
+
+    /// `/node/:name`: a node's history over a timeframe. A node the
+    /// cluster does not have is 404.
+    pub async fn node_history(
+        &self,
+        node: &str,
+        timeframe: Timeframe,
+    ) -> Result<Arc<NodeHistory>, EngineError> {
+        let view = self.cluster.recent().await?;
+        if !view.snapshot.nodes.iter().any(|n| n.node == node) {
+            return Err(EngineError::NotFound(format!("node '{node}' not found")));
+        }
+        Ok(self.history.get(&self.proxmox, node, timeframe).await?)
+    }
+
+    /// The node cards' last hour (CPU and RAM), for the online nodes.
+    pub async fn sparks(&self) -> Vec<NodeSpark> {
+        let online = self.cluster.online_nodes();
+        self.history.sparks(&self.proxmox, &online).await
     }
 
     /// The cluster changed behind the port's back (the simulator's control

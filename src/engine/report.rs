@@ -139,6 +139,11 @@ impl<'a> Step<'a> {
         }
     }
 
+    fn measure(&self, ok: bool) {
+        let took = self.started.elapsed();
+        self.out.job().metrics().step(&self.name, ok, took);
+    }
+
     fn emit(&self, status: StepStatus, message: String) {
         self.out.emit(StepEvent {
             step: self.name.clone(),
@@ -156,6 +161,7 @@ impl<'a> Step<'a> {
 
     /// `[+] … (1.23s)`
     pub fn success(&self, message: &str) {
+        self.measure(true);
         self.emit(
             StepStatus::Success,
             format!("{message} {}", elapsed(self.started.elapsed())),
@@ -163,6 +169,7 @@ impl<'a> Step<'a> {
     }
 
     pub fn error(&self, message: impl Into<String>) {
+        self.measure(false);
         self.emit(StepStatus::Error, message.into());
     }
 

@@ -59,6 +59,8 @@ struct State {
 
 pub struct Cluster {
     proxmox: Arc<Timed>,
+    /// The nodes' history, whose hour the refresher keeps current.
+    history: Arc<super::rrd::History>,
     main_node: String,
     interval: Duration,
     idle: Duration,
@@ -86,12 +88,14 @@ impl Cluster {
     /// A cluster view with its refresher running (on the current runtime).
     pub fn start(
         proxmox: Arc<Timed>,
+        history: Arc<super::rrd::History>,
         main_node: String,
         interval: Duration,
         idle: Duration,
     ) -> Arc<Cluster> {
         let cluster = Arc::new(Cluster {
             proxmox,
+            history,
             main_node,
             interval,
             idle,
@@ -176,6 +180,11 @@ impl Cluster {
         }
     }
 
+    /// How old the last good snapshot is, without reading or waking.
+    pub fn age(&self) -> Option<Duration> {
+        self.state().current.as_ref().map(|s| s.taken.elapsed())
+    }
+
     fn view(&self, snapshot: Arc<Snapshot>) -> View {
         let failure = match &self.state().outcome {
             Some(Err(e)) => Some(e.to_string()),
@@ -192,7 +201,7 @@ impl Cluster {
 
     /// The refresher's turn: a refresh unless one ran within the interval.
     async fn refresh_when_due(&self) {
-        let _one = self.flight.lock().await;
+        let one = self.flight.lock().await;
         let due = self
             .state()
             .current
@@ -202,6 +211,26 @@ impl Cluster {
             // A failure is kept for readers; the next round tries again.
             let _ = self.read_cluster().await;
         }
+        drop(one);
+        // The overview's sparklines, at their own (slower) pace: `History`
+        // reads a node's hour again only once a minute has passed.
+        let online = self.online_nodes();
+        self.history.sparks(&self.proxmox, &online).await;
+    }
+
+    /// The nodes the last snapshot saw online.
+    pub fn online_nodes(&self) -> Vec<String> {
+        self.state()
+            .current
+            .as_ref()
+            .map(|s| {
+                s.nodes
+                    .iter()
+                    .filter(|n| n.status == "online")
+                    .map(|n| n.node.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// One refresh; the caller holds `flight`.
@@ -222,6 +251,7 @@ impl Cluster {
                 lists: Default::default(),
             })
         });
+        self.proxmox.metrics().refreshed(outcome.is_ok());
         let mut state = self.state();
         match &outcome {
             Ok(snapshot) => {

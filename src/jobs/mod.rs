@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, mpsc};
 use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 pub use crate::store::{OnStop, Stake};
 use crate::store::{Store, StoreError, TemplateBuilt};
 
@@ -45,6 +46,8 @@ pub struct Jobs {
     limits: JobLimits,
     /// Open followers per job.
     followers: Mutex<HashMap<u64, usize>>,
+    /// `/metrics`: jobs, steps and streams are counted as they pass here.
+    metrics: Arc<Metrics>,
 }
 
 /// One follower, counted while its task runs.
@@ -55,6 +58,7 @@ struct Following {
 
 impl Drop for Following {
     fn drop(&mut self) {
+        self.jobs.metrics.follower_closed();
         let mut followers = self
             .jobs
             .followers
@@ -222,7 +226,12 @@ impl Jobs {
             writes,
             limits,
             followers: Mutex::new(HashMap::new()),
+            metrics: Arc::new(Metrics::new()),
         }))
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// A read, on a blocking thread: the async workers never wait on SQLite.
@@ -261,6 +270,7 @@ impl Jobs {
             orphans.push(Resumed {
                 handle: JobHandle {
                     id: job.id,
+                    kind: job.kind,
                     jobs: self.clone(),
                     seq: AtomicU64::new(seq),
                     relayed: AtomicU64::new(0),
@@ -300,8 +310,10 @@ impl Jobs {
         let (tx, _) = broadcast::channel(LIVE_CAPACITY);
         self.live().insert(id, tx);
         tracing::info!(job = id, kind = kind.as_str(), title, "job started");
+        self.metrics.job_started(kind.as_str());
         Ok(JobHandle {
             id,
+            kind,
             jobs: self.clone(),
             seq: AtomicU64::new(0),
             relayed: AtomicU64::new(0),
@@ -364,6 +376,7 @@ impl Jobs {
             )));
         }
         *followers.entry(id).or_insert(0) += 1;
+        self.metrics.follower_opened();
         Ok(Following {
             jobs: self.clone(),
             id,
@@ -447,6 +460,7 @@ pub struct Resumed {
 /// The running job's side: appends events and ends the job.
 pub struct JobHandle {
     id: u64,
+    kind: JobKind,
     jobs: Arc<Jobs>,
     seq: AtomicU64,
     /// Relayed command output lines so far.
@@ -461,6 +475,10 @@ pub struct JobHandle {
 impl JobHandle {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.jobs.metrics
     }
 
     /// Counts a relayed line against `JOB_MAX_EVENTS`.
@@ -550,6 +568,9 @@ impl JobHandle {
             failed_step: failed_step.map(str::to_string),
         });
         tracing::info!(job = self.id, state = ?state, "job finished");
+        self.jobs
+            .metrics
+            .job_finished(self.kind.as_str(), state.as_str());
     }
 }
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 pub use timed::Timed;
-pub use types::{CpuInfo, NodeResource, NodeStatus, StorageStatus, VmResource};
+pub use types::{CpuInfo, NodeResource, NodeStatus, RrdRow, StorageStatus, VmResource};
 
 /// `qm create`/`qm set` options in the order they are given: `(key, value)`
 /// for `--key value`.
@@ -237,6 +237,12 @@ pub trait Pve: Send + Sync {
     async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError>;
     /// `pvesh get /nodes/<node>/status --output-format json`
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError>;
+    /// `pvesh get /nodes/<node>/rrddata --timeframe <t> --output-format json`
+    async fn rrddata(
+        &self,
+        node: &str,
+        timeframe: app::types::Timeframe,
+    ) -> Result<Vec<RrdRow>, PveError>;
     /// `pvesm status` on the given node.
     /// `pvesm status --content images`: the storages that may hold VM disks.
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError>;

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::metrics::Metrics;
+
 use super::{
     AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
-    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
+    VmResource,
 };
 
 /// One try to reach a VM (a TCP probe, `ssh … echo ready`) is not a
@@ -42,6 +45,7 @@ pub struct Timed {
     /// node with the `cli` backend); the rest wait their turn, which does
     /// not count against their timeout.
     running: tokio::sync::Semaphore,
+    metrics: Arc<Metrics>,
 }
 
 impl Timed {
@@ -56,7 +60,18 @@ impl Timed {
             long,
             changes: AtomicU64::new(0),
             running: tokio::sync::Semaphore::new(max.max(1)),
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Counts its calls in `metrics` (the server's) instead of its own.
+    pub fn observed(mut self, metrics: Arc<Metrics>) -> Timed {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// How many changes went through (or around, see `note_change`) the port.
@@ -73,10 +88,11 @@ impl Timed {
     async fn changing<T>(
         &self,
         class: Class,
+        operation: &'static str,
         command: impl FnOnce() -> String,
         call: impl Future<Output = Result<T, PveError>>,
     ) -> Result<T, PveError> {
-        let result = self.within(class, command, call).await;
+        let result = self.within(class, operation, command, call).await;
         self.note_change();
         result
     }
@@ -89,52 +105,95 @@ impl Timed {
         }
     }
 
+    /// `operation` names the call in `/metrics`: the port's method, the
+    /// same whichever backend runs it.
     async fn within<T>(
         &self,
         class: Class,
+        operation: &'static str,
         command: impl FnOnce() -> String,
         call: impl Future<Output = Result<T, PveError>>,
     ) -> Result<T, PveError> {
         let limit = self.limit(class);
         // Never closed: a permit always comes.
         let _turn = self.running.acquire().await.ok();
-        match tokio::time::timeout(limit, call).await {
+        // Timed from the turn on: the wait for one is pvedeck's, not Proxmox's.
+        let began = std::time::Instant::now();
+        let result = match tokio::time::timeout(limit, call).await {
             Ok(result) => result,
             Err(_) => Err(PveError::Timeout {
                 command: command(),
                 secs: limit.as_secs(),
             }),
-        }
+        };
+        self.metrics
+            .call(operation, result.is_ok(), began.elapsed());
+        result
     }
 
     pub async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
         let what = || "pvesh get /cluster/resources --type vm".to_string();
-        self.within(Class::Short, what, self.pve.cluster_vms())
+        self.within(Class::Short, "cluster_vms", what, self.pve.cluster_vms())
             .await
     }
 
     pub async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
         let what = || "pvesh get /cluster/resources --type node".to_string();
-        self.within(Class::Short, what, self.pve.cluster_nodes())
-            .await
+        self.within(
+            Class::Short,
+            "cluster_nodes",
+            what,
+            self.pve.cluster_nodes(),
+        )
+        .await
     }
 
     pub async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
         let what = || format!("pvesh get /nodes/{node}/status");
-        self.within(Class::Short, what, self.pve.node_status(node))
-            .await
+        self.within(
+            Class::Short,
+            "node_status",
+            what,
+            self.pve.node_status(node),
+        )
+        .await
+    }
+
+    pub async fn rrddata(
+        &self,
+        node: &str,
+        timeframe: app::types::Timeframe,
+    ) -> Result<Vec<RrdRow>, PveError> {
+        let what = || {
+            format!(
+                "pvesh get /nodes/{node}/rrddata --timeframe {}",
+                timeframe.as_str()
+            )
+        };
+        let call = self.pve.rrddata(node, timeframe);
+        self.within(Class::Short, "rrddata", what, call).await
     }
 
     pub async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {
         let what = || "pvesm status".to_string();
-        self.within(Class::Short, what, self.pve.storage_status(node))
-            .await
+        self.within(
+            Class::Short,
+            "storage_status",
+            what,
+            self.pve.storage_status(node),
+        )
+        .await
     }
 
     pub async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
         let what = || "qm create".to_string();
-        self.changing(Class::Short, what, self.pve.create(node, vmid, options))
-            .await
+        self.changing(
+            Class::Short,
+            "create",
+            what,
+            self.pve.create(node, vmid, options),
+        )
+        .await
     }
 
     pub async fn import_disk(
@@ -147,7 +206,7 @@ impl Timed {
     ) -> Result<String, PveError> {
         let what = || "qm importdisk".to_string();
         let call = self.pve.import_disk(node, vmid, image, storage, out);
-        self.changing(Class::Long, what, call).await
+        self.changing(Class::Long, "import_disk", what, call).await
     }
 
     pub fn fetches_images(&self) -> bool {
@@ -163,13 +222,18 @@ impl Timed {
         out: LineSink<'_>,
     ) -> Result<Fetched, PveError> {
         let what = || format!("download-url {}", fetch.url);
-        self.within(Class::Long, what, self.pve.fetch_image(node, fetch, out))
-            .await
+        self.within(
+            Class::Long,
+            "fetch_image",
+            what,
+            self.pve.fetch_image(node, fetch, out),
+        )
+        .await
     }
 
     pub async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
         let what = || "qm set".to_string();
-        self.changing(Class::Short, what, self.pve.set(node, vmid, options))
+        self.changing(Class::Short, "set", what, self.pve.set(node, vmid, options))
             .await
     }
 
@@ -182,7 +246,7 @@ impl Timed {
     ) -> Result<String, PveError> {
         let what = || "qm resize".to_string();
         let call = self.pve.resize(node, vmid, disk, size);
-        self.changing(Class::Short, what, call).await
+        self.changing(Class::Short, "resize", what, call).await
     }
 
     pub async fn config(
@@ -191,26 +255,36 @@ impl Timed {
         vmid: u32,
     ) -> Result<BTreeMap<String, String>, PveError> {
         let what = || "qm config".to_string();
-        self.within(Class::Short, what, self.pve.config(node, vmid))
+        self.within(Class::Short, "config", what, self.pve.config(node, vmid))
             .await
     }
 
     pub async fn status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
         let what = || "qm status".to_string();
-        self.within(Class::Short, what, self.pve.status(node, vmid))
+        self.within(Class::Short, "status", what, self.pve.status(node, vmid))
             .await
     }
 
     pub async fn power(&self, node: &str, vmid: u32, action: PowerAction) -> Result<(), PveError> {
         let what = || format!("qm {}", action.verb());
-        self.changing(Class::Short, what, self.pve.power(node, vmid, action))
-            .await
+        self.changing(
+            Class::Short,
+            "power",
+            what,
+            self.pve.power(node, vmid, action),
+        )
+        .await
     }
 
     pub async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
         let what = || "qm destroy".to_string();
-        self.changing(Class::Short, what, self.pve.destroy(node, vmid, skiplock))
-            .await
+        self.changing(
+            Class::Short,
+            "destroy",
+            what,
+            self.pve.destroy(node, vmid, skiplock),
+        )
+        .await
     }
 
     pub async fn migrate(
@@ -222,7 +296,7 @@ impl Timed {
     ) -> Result<(), PveError> {
         let what = || "qm migrate".to_string();
         let call = self.pve.migrate(node, vmid, target, out);
-        self.changing(Class::Long, what, call).await
+        self.changing(Class::Long, "migrate", what, call).await
     }
 
     /// A task a previous process waited on, to its end. Not under a
@@ -252,20 +326,30 @@ impl Timed {
             CloneMode::Full => Class::Long,
         };
         let call = self.pve.clone_vm(node, source, vmid, name, mode, out);
-        self.changing(class, what, call).await
+        self.changing(class, "clone_vm", what, call).await
     }
 
     pub async fn template(&self, node: &str, vmid: u32) -> Result<(), PveError> {
         let what = || "qm template".to_string();
-        self.changing(Class::Short, what, self.pve.template(node, vmid))
-            .await
+        self.changing(
+            Class::Short,
+            "template",
+            what,
+            self.pve.template(node, vmid),
+        )
+        .await
     }
 
     /// One try to reach the guest agent.
     pub async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
         let what = || "qm agent ping".to_string();
-        self.within(Class::Attempt, what, self.pve.agent_ping(node, vmid))
-            .await
+        self.within(
+            Class::Attempt,
+            "agent_ping",
+            what,
+            self.pve.agent_ping(node, vmid),
+        )
+        .await
     }
 
     /// A command run by the guest agent; `long` for one that waits (for
@@ -281,7 +365,7 @@ impl Timed {
         let class = if long { Class::Long } else { Class::Short };
         let secs = u32::try_from(self.limit(class).as_secs()).unwrap_or(u32::MAX);
         let call = self.pve.agent_exec(node, vmid, argv, secs);
-        self.within(class, what, call).await
+        self.within(class, "agent_exec", what, call).await
     }
 
     /// Whether something answers on `ip:port`; a probe that hangs is "no".
@@ -303,7 +387,8 @@ impl Timed {
             }
         };
         let call = self.pve.guest_exec(target, &GuestCommand::Ready, &keep);
-        self.within(Class::Attempt, what, call).await?;
+        self.within(Class::Attempt, "guest_ready", what, call)
+            .await?;
         Ok(told.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -316,7 +401,7 @@ impl Timed {
     ) -> Result<(), PveError> {
         let what = || "ssh init script".to_string();
         let call = self.pve.guest_exec(target, command, out);
-        self.within(Class::Long, what, call).await
+        self.within(Class::Long, "guest_init", what, call).await
     }
 }
 
@@ -354,6 +439,13 @@ mod tests {
             std::future::pending().await
         }
         async fn storage_status(&self, _: &str) -> Result<Vec<StorageStatus>, PveError> {
+            std::future::pending().await
+        }
+        async fn rrddata(
+            &self,
+            _: &str,
+            _: app::types::Timeframe,
+        ) -> Result<Vec<RrdRow>, PveError> {
             std::future::pending().await
         }
         async fn create(&self, _: &str, _: u32, _: &QmOptions) -> Result<(), PveError> {

@@ -475,6 +475,27 @@ impl Face<'_> {
                 let status = crate::pve::Pve::node_status(self.sim, node).await?;
                 Ok(print_json(&status))
             }
+            ["nodes", node, "rrddata"] => {
+                let asked = parsed
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == "timeframe")
+                    .map(|(_, v)| v.as_str());
+                let timeframe = match asked {
+                    None => return Err(PveError::command(
+                        "pvesh",
+                        "400 Parameter verification failed.\ntimeframe: property is missing and it is not optional",
+                        255,
+                    )),
+                    Some(raw) => app::types::Timeframe::parse(raw).ok_or_else(|| PveError::command(
+                        "pvesh",
+                        format!("400 Parameter verification failed.\ntimeframe: value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"),
+                        255,
+                    ))?,
+                };
+                let rows = crate::pve::Pve::rrddata(self.sim, node, timeframe).await?;
+                Ok(print_json(&rows))
+            }
             _ => Err(PveError::command(
                 "pvesh",
                 format!("No 'get' handler defined for '{path}'"),

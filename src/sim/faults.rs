@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 24] = [
+pub const OPS: [&str; 25] = [
     "cluster",
     "storage",
     "nodestatus",
+    "rrddata",
     "create",
     "importdisk",
     "set",

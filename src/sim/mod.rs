@@ -12,6 +12,7 @@ mod internet;
 mod mirror_server;
 mod params;
 mod qm;
+mod rrd;
 mod seed;
 mod state;
 mod store;
@@ -303,6 +304,24 @@ impl Pve for SimCluster {
         self.read(|s| {
             s.online_node(node, &command)?;
             Ok(s.node_status(node, &self.clock, self.jitter))
+        })
+    }
+
+    async fn rrddata(
+        &self,
+        node: &str,
+        timeframe: app::types::Timeframe,
+    ) -> Result<Vec<crate::pve::RrdRow>, PveError> {
+        self.start_up().await;
+        let command = format!(
+            "pvesh get /nodes/{node}/rrddata --timeframe {}",
+            timeframe.as_str()
+        );
+        self.strike("rrddata", None, &command).await?;
+        self.clock.sleep(timing::READ).await;
+        self.read(|s| {
+            s.online_node(node, &command)?;
+            Ok(s.rrddata(node, timeframe, &self.clock, self.jitter))
         })
     }
 

@@ -395,6 +395,31 @@ impl ClusterState {
             .collect()
     }
 
+    /// `/nodes/<name>/rrddata`: the node's history as its load now draws it.
+    pub fn rrddata(
+        &self,
+        name: &str,
+        timeframe: app::types::Timeframe,
+        clock: &Clock,
+        jitter: f64,
+    ) -> Vec<crate::pve::RrdRow> {
+        let Some(node) = self.nodes.get(name) else {
+            return Vec::new();
+        };
+        let load = super::rrd::Load {
+            cpu: node.cpu_load,
+            cpus: node.cpuinfo.cpus,
+            mem_used: self.node_mem_used(node, clock, jitter) as f64,
+            mem_total: node.mem_total as f64,
+            running_vms: self
+                .vms
+                .values()
+                .filter(|vm| vm.node == node.name && vm.running)
+                .count(),
+        };
+        super::rrd::rows(name, load, timeframe, now_ms() / 1000)
+    }
+
     pub fn node_status(&self, name: &str, clock: &Clock, jitter: f64) -> NodeStatus {
         let Some(node) = self.nodes.get(name) else {
             return NodeStatus::default();

@@ -17,9 +17,12 @@ const PRERM: &str = include_str!("../deb/prerm");
 const POSTRM: &str = include_str!("../deb/postrm");
 
 const CONFFILE: &str = "etc/pvedeck/pvedeck.env";
+/// What goes to `/usr/bin`.
+const BINARIES: [&str; 2] = ["pvedeck", "pvedeck-cli"];
 /// Paths every package must hold (without the leading `./`).
 const EXPECTED: &[&str] = &[
     "usr/bin/pvedeck",
+    "usr/bin/pvedeck-cli",
     "usr/share/pvedeck/site/pkg/",
     "lib/systemd/system/pvedeck.service",
     CONFFILE,
@@ -153,29 +156,25 @@ pub fn build(root: &Path) -> Result<PathBuf, Failed> {
         if stage.exists() {
             std::fs::remove_dir_all(&stage).map_err(io("target/debian"))?;
         }
-        let bin = std::fs::read(root.join("target/release/pvedeck"))
-            .map_err(io("target/release/pvedeck"))?;
+        // The server and its command-line client.
         std::fs::create_dir_all(stage.join("usr/bin")).map_err(io("stage"))?;
-        std::fs::write(stage.join("usr/bin/pvedeck"), &bin).map_err(io("stage"))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(
-                stage.join("usr/bin/pvedeck"),
-                std::fs::Permissions::from_mode(0o755),
-            )
-            .map_err(io("stage"))?;
+        let mut bin_len = 0;
+        for name in BINARIES {
+            let built = format!("target/release/{name}");
+            let bin = std::fs::read(root.join(&built)).map_err(io(&built))?;
+            let staged = stage.join("usr/bin").join(name);
+            std::fs::write(&staged, &bin).map_err(io("stage"))?;
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
+                    .map_err(io("stage"))?;
+            }
+            // As dh_strip does: symbols are half the binary.
+            if output(Command::new("strip").arg("--version")).is_some() {
+                status(Command::new("strip").arg("--strip-unneeded").arg(&staged))?;
+            }
+            bin_len += std::fs::metadata(&staged).map_err(io("stage"))?.len();
         }
-        // As dh_strip does: symbols are half the binary.
-        if output(Command::new("strip").arg("--version")).is_some() {
-            status(
-                Command::new("strip")
-                    .arg("--strip-unneeded")
-                    .arg(stage.join("usr/bin/pvedeck")),
-            )?;
-        }
-        let bin_len = std::fs::metadata(stage.join("usr/bin/pvedeck"))
-            .map_err(io("stage"))?
-            .len();
         let site = copy_tree(
             &root.join("target/site"),
             &stage.join("usr/share/pvedeck/site"),

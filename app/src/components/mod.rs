@@ -1,4 +1,5 @@
 pub mod bar;
+pub mod chart;
 pub mod field;
 pub mod node_card;
 pub mod options;

@@ -1,8 +1,9 @@
 use leptos::prelude::*;
 
 use crate::components::bar::Bar;
+use crate::components::chart::Sparkline;
 use crate::format::num;
-use crate::types::NodeSummary;
+use crate::types::{NodeSpark, NodeSummary};
 
 fn share(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
@@ -13,7 +14,7 @@ fn share(part: f64, whole: f64) -> f64 {
 }
 
 #[component]
-pub fn NodeCard(node: NodeSummary) -> impl IntoView {
+pub fn NodeCard(node: NodeSummary, spark: Option<NodeSpark>) -> impl IntoView {
     let state = if node.running {
         "online"
     } else {
@@ -28,10 +29,20 @@ pub fn NodeCard(node: NodeSummary) -> impl IntoView {
     view! {
         <article class="node-card" class:offline=!node.running data-node=node.node.clone()>
             <header>
-                <h2>{node.node.clone()}</h2>
+                <h2>
+                    <a href=format!("/node/{}", node.node) aria-label=format!("{}: history", node.node)>
+                        {node.node.clone()}
+                    </a>
+                </h2>
                 <span class=format!("badge state-{state}")>{state.clone()}</span>
             </header>
             <p class="node-meta">{vm_count}</p>
+            {spark.map(|s| view! {
+                <div class="sparks">
+                    <Sparkline label="CPU" values=s.cpu/>
+                    <Sparkline label="RAM" values=s.memory/>
+                </div>
+            })}
             <Bar
                 label="CPU"
                 allocated=node.cpu

@@ -76,7 +76,23 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
     });
 
     let data = move || overview.get().ok();
-    let nodes = Signal::derive(move || data().map(|d| d.list.cluster).unwrap_or_default());
+    // Each card with its sparklines (none for a node whose history cannot
+    // be read).
+    let nodes = Signal::derive(move || {
+        data()
+            .map(|d| {
+                let sparks = d.sparks;
+                d.list
+                    .cluster
+                    .into_iter()
+                    .map(|n| {
+                        let spark = sparks.iter().find(|s| s.node == n.node).cloned();
+                        (n, spark)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    });
     let vms = Signal::derive(move || data().map(|d| d.list.list).unwrap_or_default());
     let total = Signal::derive(move || data().map_or(0, |d| d.list.count));
     let pager = move || {
@@ -121,8 +137,8 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
             })
         }}
         <section class="nodes" aria-label="nodes">
-            <For each=move || nodes.get() key=keys::node let:node>
-                <NodeCard node/>
+            <For each=move || nodes.get() key=keys::node_card let:card>
+                <NodeCard node=card.0 spark=card.1/>
             </For>
         </section>
         <VmTable vms total filter confirming busy on_outcome/>

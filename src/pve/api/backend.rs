@@ -19,7 +19,8 @@ use crate::config::ImageFetch;
 use crate::pve::cli::CliBackend;
 use crate::pve::{
     AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
-    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
+    VmResource,
 };
 
 /// How often a running task is looked at.
@@ -453,6 +454,20 @@ impl Pve for ApiBackend {
         let path = format!("/nodes/{node}/status");
         let status = self.client.get(&path, &[]).await?;
         decode(&format!("GET {path}"), status)
+    }
+
+    async fn rrddata(
+        &self,
+        node: &str,
+        timeframe: app::types::Timeframe,
+    ) -> Result<Vec<RrdRow>, PveError> {
+        let path = format!("/nodes/{node}/rrddata");
+        let query = [("timeframe", timeframe.as_str().to_string())];
+        let rows = self.client.get(&path, &query).await?;
+        decode(
+            &format!("GET {path}?timeframe={}", timeframe.as_str()),
+            rows,
+        )
     }
 
     async fn storage_status(&self, node: &str) -> Result<Vec<StorageStatus>, PveError> {

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use crate::config::Config;
 use crate::pve::{
     AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
-    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus, VmResource,
 };
 use run::{Output, Runner};
 
@@ -161,6 +161,22 @@ impl Pve for CliBackend {
             "--output-format".into(),
             "json".into(),
         ])
+        .await
+    }
+
+    async fn rrddata(
+        &self,
+        node: &str,
+        timeframe: app::types::Timeframe,
+    ) -> Result<Vec<RrdRow>, PveError> {
+        self.pvesh(strings([
+            "get",
+            &format!("/nodes/{node}/rrddata"),
+            "--timeframe",
+            timeframe.as_str(),
+            "--output-format",
+            "json",
+        ]))
         .await
     }
 

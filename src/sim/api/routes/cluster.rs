@@ -107,6 +107,27 @@ pub async fn node_status(State(api): State<Arc<Api>>, Path(node): Path<String>) 
     Ok(data(api.sim.node_status(&node).await?))
 }
 
+pub async fn rrddata(
+    State(api): State<Arc<Api>>,
+    Path(node): Path<String>,
+    params: Params,
+) -> ApiResult {
+    api.node_up(&node)?;
+    api.privs.require(&format!("/nodes/{node}"), "Sys.Audit")?;
+    let raw = params.get("timeframe").ok_or_else(|| {
+        ApiError::param("timeframe", "property is missing and it is not optional")
+    })?;
+    let timeframe = app::types::Timeframe::parse(raw).ok_or_else(|| {
+        ApiError::param(
+            "timeframe",
+            format!("value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"),
+        )
+    })?;
+    Ok(data(
+        crate::pve::Pve::rrddata(&api.sim, &node, timeframe).await?,
+    ))
+}
+
 /// The lowest free VMID from 100; a given one is echoed when free.
 pub async fn nextid(State(api): State<Arc<Api>>, params: Params) -> ApiResult {
     let taken = |id: u32| api.sim.read(|s| s.vms.contains_key(&id));

@@ -30,6 +30,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api2/json/access/permissions", get(cluster::permissions))
         .route("/api2/json/nodes", get(cluster::nodes))
         .route("/api2/json/nodes/{node}/status", get(cluster::node_status))
+        .route("/api2/json/nodes/{node}/rrddata", get(cluster::rrddata))
         .route("/api2/json/nodes/{node}/storage", get(storage::list))
         .route(
             "/api2/json/nodes/{node}/storage/{storage}/content",

@@ -1,0 +1,5 @@
+//! The command-line client: see `pvedeck::client`.
+
+fn main() -> std::process::ExitCode {
+    pvedeck::client::main()
+}

@@ -1,0 +1,395 @@
+//! What the client prints: for people, step lines, a progress bar and a
+//! summary; with `--json`, one JSON object per line on stdout. Errors go
+//! to stderr either way.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use app::types::{Job, JobState, StepEvent, StepStatus, VmOutcome};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::Exit;
+use super::connection::Failure;
+
+pub struct Show {
+    json: bool,
+}
+
+impl Show {
+    pub fn new(json: bool) -> Show {
+        Show { json }
+    }
+
+    fn line(&self, value: Value) {
+        println!("{value}");
+    }
+
+    pub fn failure(&self, failure: &Failure) -> Exit {
+        eprintln!("pvedeck-cli: {failure}");
+        if self.json {
+            let (status, message) = match failure {
+                Failure::Refused { status, message } | Failure::Server { status, message } => {
+                    (Some(*status), message.clone())
+                }
+                other => (None, other.to_string()),
+            };
+            self.line(json!({"error": {"status": status, "message": message}}));
+        }
+        Exit::from(failure)
+    }
+
+    pub fn done(&self, what: &str, answer: &str) -> Exit {
+        if self.json {
+            self.line(json!({"done": what, "answer": answer}));
+        } else {
+            println!("{what}: {answer}");
+        }
+        Exit::Done
+    }
+
+    pub fn vm_status(&self, vmid: u32, status: &str) -> Exit {
+        if self.json {
+            self.line(json!({"vmid": vmid, "status": status}));
+        } else {
+            println!("{status}");
+        }
+        Exit::Done
+    }
+
+    pub fn vm_list(&self, list: &Value) -> Exit {
+        if self.json {
+            self.line(list.clone());
+            return Exit::Done;
+        }
+        let text = |v: &Value, key: &str| v[key].as_str().unwrap_or("-").to_string();
+        let number = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0);
+        println!(
+            "{:>6}  {:<24} {:<10} {:<9} {:<16} {:>4} {:>8}  OS",
+            "VMID", "NAME", "NODE", "STATUS", "IP", "CPU", "RAM GiB"
+        );
+        for vm in list["list"].as_array().into_iter().flatten() {
+            println!(
+                "{:>6}  {:<24} {:<10} {:<9} {:<16} {:>4} {:>8.2}  {}",
+                vm["vmid"].as_u64().unwrap_or(0),
+                text(vm, "name"),
+                text(vm, "node"),
+                text(vm, "status"),
+                text(vm, "ip"),
+                vm["cpu"].as_u64().unwrap_or(0),
+                number(vm, "memory"),
+                text(vm, "os"),
+            );
+        }
+        println!();
+        println!(
+            "{:<10} {:<8} {:>7} {:>9} {:>13}",
+            "NODE", "STATUS", "CPU %", "RAM %", "VMS' vCPUs"
+        );
+        for node in list["cluster"].as_array().into_iter().flatten() {
+            println!(
+                "{:<10} {:<8} {:>7.1} {:>9.1} {:>13}",
+                text(node, "node"),
+                text(node, "status"),
+                number(node, "cpu_used"),
+                number(node, "memory_used"),
+                node["vcpus"].as_u64().unwrap_or(0),
+            );
+        }
+        Exit::Done
+    }
+
+    pub fn job_list(&self, jobs: &Value) -> Exit {
+        if self.json {
+            self.line(jobs.clone());
+            return Exit::Done;
+        }
+        println!(
+            "{:>5}  {:<9} {:<12} {:>6}  {:<9} TITLE",
+            "ID", "KIND", "STATE", "VMID", "CREATED"
+        );
+        let now = now_ms();
+        for job in jobs.as_array().into_iter().flatten() {
+            println!(
+                "{:>5}  {:<9} {:<12} {:>6}  {:<9} {}",
+                job["id"].as_u64().unwrap_or(0),
+                job["kind"].as_str().unwrap_or("-"),
+                job["state"].as_str().unwrap_or("-"),
+                job["vmid"]
+                    .as_u64()
+                    .map_or("-".to_string(), |v| v.to_string()),
+                ago(now - job["created"].as_i64().unwrap_or(now)),
+                job["title"].as_str().unwrap_or(""),
+            );
+        }
+        Exit::Done
+    }
+
+    /// Starts watching job `id` (on the server at `base`).
+    pub fn job<'a>(&'a self, id: u64, base: &str) -> Watch<'a> {
+        if !self.json {
+            eprintln!("job {id} (Ctrl-C stops following; the job goes on)");
+        }
+        Watch {
+            show: self,
+            id,
+            base: base.trim_end_matches('/').to_string(),
+            last_seq: 0,
+            step: None,
+            bar: None,
+            last_progress: None,
+            summary: Summary::default(),
+            error: None,
+        }
+    }
+}
+
+/// What the last events of an install tell.
+#[derive(Debug, Default)]
+struct Summary {
+    vmid: Option<u32>,
+    ip: Option<String>,
+    user: Option<String>,
+    host_key: Option<String>,
+}
+
+/// A job as it is being followed.
+pub struct Watch<'a> {
+    show: &'a Show,
+    id: u64,
+    base: String,
+    last_seq: u64,
+    step: Option<String>,
+    bar: Option<ProgressBar>,
+    /// The progress line the bar shows now, printed when it ends.
+    last_progress: Option<String>,
+    summary: Summary,
+    /// The last `[-]` event: step and message.
+    error: Option<(String, String)>,
+}
+
+/// `(45%)`, `(1.00%)` at the end of a progress line: the percentage.
+pub fn percent(message: &str) -> Option<f64> {
+    let inner = message.trim_end().strip_suffix("%)")?;
+    let open = inner.rfind('(')?;
+    inner[open + 1..]
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &f64| (0.0..=100.0).contains(p))
+}
+
+impl Watch<'_> {
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    pub fn event(&mut self, seq: u64, event: &StepEvent) {
+        if seq <= self.last_seq {
+            return;
+        }
+        self.last_seq = seq;
+        self.note(event);
+        if self.show.json {
+            let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut value {
+                fields.insert("job".into(), json!(self.id));
+                fields.insert("seq".into(), json!(seq));
+            }
+            self.show.line(value);
+            return;
+        }
+        if self.step.as_deref() != Some(event.step.as_str()) {
+            self.end_bar();
+            println!("{}", event.step);
+            self.step = Some(event.step.clone());
+        }
+        let progress = (event.status == StepStatus::Processing)
+            .then(|| percent(&event.message))
+            .flatten();
+        match progress {
+            Some(pct) => self.progress(pct, &event.message),
+            None => {
+                self.end_bar();
+                println!("  {}", event.message.trim_start());
+            }
+        }
+    }
+
+    /// Keeps what the summary needs.
+    fn note(&mut self, event: &StepEvent) {
+        if let Some(vmid) = event.vm_id {
+            self.summary.vmid = Some(vmid);
+        }
+        if let Some(ip) = &event.ip {
+            self.summary.ip = Some(ip.clone());
+        }
+        if let Some(key) = &event.host_key {
+            self.summary.host_key = Some(key.clone());
+        }
+        if let Some(user) = event.message.strip_prefix("[*] User: ") {
+            self.summary.user = Some(user.trim().to_string());
+        }
+        if event.status == StepStatus::Error {
+            self.error = Some((event.step.clone(), event.message.clone()));
+        }
+    }
+
+    fn progress(&mut self, pct: f64, message: &str) {
+        let bar = self.bar.get_or_insert_with(|| {
+            let style = ProgressStyle::with_template("  {bar:32.cyan/blue} {pos:>3}% {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            ProgressBar::new(100).with_style(style)
+        });
+        if bar.is_hidden() {
+            // Not a terminal: the lines themselves, as the server throttles them.
+            println!("  {}", message.trim_start());
+        } else {
+            bar.set_position(pct as u64);
+            let text = message.trim();
+            let shown = text.rfind(" (").map_or(text, |cut| &text[..cut]);
+            bar.set_message(shown.to_string());
+            self.last_progress = Some(message.trim_start().to_string());
+        }
+    }
+
+    /// The bar gives way to its last line.
+    fn end_bar(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        if let Some(line) = self.last_progress.take() {
+            println!("  {line}");
+        }
+    }
+
+    fn follow_hint(&self) -> String {
+        format!("pvedeck-cli --url {} jobs follow {}", self.base, self.id)
+    }
+
+    /// Ctrl-C: the job is not ours to stop.
+    pub fn interrupted(mut self) -> Exit {
+        self.end_bar();
+        let hint = self.follow_hint();
+        if self.show.json {
+            self.show
+                .line(json!({"job": self.id, "following": false, "follow": hint}));
+        }
+        eprintln!(
+            "\nstopped following job {}: it goes on on the server. Follow it again with:\n  {hint}",
+            self.id
+        );
+        Exit::Interrupted
+    }
+
+    /// The job's end as the server recorded it.
+    pub fn ended(mut self, job: &Job) -> Exit {
+        self.end_bar();
+        let ok = job.state == JobState::Succeeded;
+        let summary = &self.summary;
+        let ssh = match (&summary.user, &summary.ip) {
+            (Some(user), Some(ip)) => Some(format!("ssh {user}@{ip}")),
+            _ => None,
+        };
+        let failed_message = self.error.as_ref().map(|(_, m)| m.clone());
+        if self.show.json {
+            self.show.line(json!({
+                "job": self.id,
+                "kind": job.kind.as_str(),
+                "state": job.state.as_str(),
+                "vmid": summary.vmid.or(job.vmid),
+                "ip": summary.ip,
+                "user": summary.user,
+                "ssh": ssh,
+                "host_key": summary.host_key,
+                "failed_step": job.failed_step,
+                "error": failed_message,
+                "outcome": job.outcome.map(outcome_word),
+            }));
+        } else if ok {
+            println!();
+            println!("job {} {}: {}", self.id, job.state.as_str(), job.title);
+            if let Some(vmid) = summary.vmid.or(job.vmid) {
+                println!("  VMID      {vmid}");
+            }
+            if let Some(ip) = &summary.ip {
+                println!("  IP        {ip}");
+            }
+            if let Some(ssh) = &ssh {
+                println!("  ssh       {ssh}");
+            }
+            if let Some(key) = &summary.host_key {
+                println!("  host key  {key}");
+            }
+        }
+        if ok {
+            return Exit::Done;
+        }
+        let step = job
+            .failed_step
+            .clone()
+            .or_else(|| self.error.as_ref().map(|(s, _)| s.clone()))
+            .unwrap_or_else(|| "-".to_string());
+        eprintln!(
+            "\njob {} {} at step '{step}': {}",
+            self.id,
+            job.state.as_str(),
+            failed_message.as_deref().unwrap_or("(no message)")
+        );
+        if let Some(outcome) = job.outcome {
+            eprintln!("  the VM: {}", outcome_word(outcome));
+        }
+        Exit::JobFailed
+    }
+}
+
+fn outcome_word(outcome: VmOutcome) -> &'static str {
+    match outcome {
+        VmOutcome::None => "none was created",
+        VmOutcome::Destroyed => "destroyed",
+        VmOutcome::Kept => "kept for debugging",
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `12s ago`, `5m ago`, `3h ago`, `2d ago`.
+fn ago(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86_400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_give_their_percentage() {
+        assert_eq!(
+            percent("[*] downloaded 1.0 MiB of 2.0 MiB (50%)"),
+            Some(50.0)
+        );
+        assert_eq!(
+            percent("  transferred 20.5 MiB of 2.0 GiB (1.00%)"),
+            Some(1.0)
+        );
+        assert_eq!(percent("[+] auto-assigned VMID: 106 (0.01s)"), None);
+        assert_eq!(percent("(250%)"), None);
+    }
+
+    #[test]
+    fn ages_are_short() {
+        assert_eq!(ago(5_000), "5s ago");
+        assert_eq!(ago(300_000), "5m ago");
+        assert_eq!(ago(3 * 3_600_000), "3h ago");
+        assert_eq!(ago(-1), "0s ago");
+    }
+}
