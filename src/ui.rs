@@ -7,7 +7,7 @@ use std::sync::Arc;
 use app::backend::{Backend, Caller, SessionCookie};
 use app::request::{Body, InstallBody, SetNode, TemplateBody};
 use app::types::{
-    Catalog, Job, JobDetail, ListFilter, NodeHistory, OVERVIEW_PAGE, Overview, Resize,
+    Catalog, Job, JobDetail, ListFilter, NodeCharts, OVERVIEW_PAGE, Overview, Resize,
     TemplatesPage, Timeframe, UiError, VmAction, VmDetail, VmList,
 };
 
@@ -83,20 +83,19 @@ impl Backend for UiBackend {
             age_ms: listing.age_ms,
             stale: listing.stale,
             failure: listing.failure,
-            sparks: self.0.sparks().await,
+            sparks: self
+                .0
+                .node_hours()
+                .await
+                .iter()
+                .map(|hour| app::charts::sparks(hour))
+                .collect(),
         })
     }
 
-    async fn node_history(
-        &self,
-        node: String,
-        timeframe: Timeframe,
-    ) -> Result<NodeHistory, UiError> {
-        self.0
-            .node_history(&node, timeframe)
-            .await
-            .map(|h| h.as_ref().clone())
-            .map_err(ui)
+    async fn node_charts(&self, node: String, timeframe: Timeframe) -> Result<NodeCharts, UiError> {
+        let history = self.0.node_history(&node, timeframe).await.map_err(ui)?;
+        Ok(app::charts::draw(&history))
     }
 
     async fn catalog(&self) -> Result<Catalog, UiError> {

@@ -8,6 +8,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CLI: &str = env!("CARGO_BIN_EXE_pvedeck-cli");
+const INSTALL: [&str; 6] = ["vm", "install", "--os", "debian", "--version", "12"];
 
 struct Run {
     code: Option<i32>,
@@ -42,21 +43,7 @@ fn json_lines(text: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn install_list_jobs_and_follow_against_the_simulator() {
     let s = common::server(&[]).await;
-    let run = cli(
-        &s.url,
-        &[],
-        &[
-            "vm",
-            "install",
-            "--os",
-            "debian",
-            "--version",
-            "12",
-            "--name",
-            "web",
-        ],
-    )
-    .await;
+    let run = cli(&s.url, &[], &[&INSTALL[..], &["--name", "web"]].concat()).await;
     assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
     let ip = common::ip(106);
     for line in [
@@ -161,20 +148,7 @@ async fn a_failed_install_exits_1_with_the_failed_step_and_a_refusal_exits_2() {
     );
 
     common::fault(&s, r#"{"op":"create","action":"fail"}"#).await;
-    let failed = cli(
-        &s.url,
-        &[],
-        &[
-            "--json",
-            "vm",
-            "install",
-            "--os",
-            "debian",
-            "--version",
-            "12",
-        ],
-    )
-    .await;
+    let failed = cli(&s.url, &[], &[&["--json"][..], &INSTALL].concat()).await;
     assert_eq!(failed.code, Some(1), "{}\n{}", failed.stdout, failed.stderr);
     let last = json_lines(&failed.stdout).pop().expect("a summary");
     assert_eq!(last["state"], "failed");
@@ -213,7 +187,7 @@ async fn a_failed_install_exits_1_with_the_failed_step_and_a_refusal_exits_2() {
 async fn the_token_comes_from_the_environment_and_is_never_printed() {
     const TOKEN: &str = "client-test-token-0123456789abcdef";
     let s = common::server(&[("API_TOKENS", TOKEN)]).await;
-    let args = ["vm", "install", "--os", "debian", "--version", "12"];
+    let args = INSTALL;
     let without = cli(&s.url, &[], &args).await;
     assert_eq!(without.code, Some(2), "{}", without.stderr);
     assert!(
@@ -231,16 +205,8 @@ async fn ctrl_c_leaves_the_job_running_and_says_how_to_follow_it() {
     // Slow enough that the install is still running when Ctrl-C comes.
     let s = common::server(&[("SIM_SPEED", "20")]).await;
     let mut child = tokio::process::Command::new(CLI)
-        .args([
-            "--url",
-            &s.url,
-            "vm",
-            "install",
-            "--os",
-            "debian",
-            "--version",
-            "12",
-        ])
+        .args(["--url", &s.url])
+        .args(INSTALL)
         .env_remove("PVEDECK_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use crate::codec::Json;
 use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, NodeHistory, Overview, Resize, TemplatesPage, Timeframe,
+    Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
     UiError, VmAction, VmDetail,
 };
 
@@ -79,13 +79,13 @@ pub async fn get_overview(filter: ListFilter, page: usize) -> Result<Answer<Over
     Ok(server::backend()?.0.list(filter, page).await)
 }
 
-/// A node's history over a timeframe: its page's charts.
-#[server(prefix = "/fn", endpoint = "node_history", output = Json)]
-pub async fn get_node_history(
+/// A node's charts over a timeframe, drawn on the server.
+#[server(prefix = "/fn", endpoint = "node_charts", output = Json)]
+pub async fn get_node_charts(
     node: String,
     timeframe: Timeframe,
-) -> Result<Answer<NodeHistory>, UiError> {
-    Ok(server::backend()?.0.node_history(node, timeframe).await)
+) -> Result<Answer<NodeCharts>, UiError> {
+    Ok(server::backend()?.0.node_charts(node, timeframe).await)
 }
 
 /// The OS table, the limits and the nodes, for the create form.

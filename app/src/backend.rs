@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::request::{InstallBody, SetNode, TemplateBody};
 use crate::types::{
-    Catalog, Job, JobDetail, ListFilter, NodeHistory, Overview, Resize, TemplatesPage, Timeframe,
+    Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
     UiError, VmAction, VmDetail,
 };
 
@@ -40,12 +40,8 @@ pub trait Backend: Send + Sync {
     fn logout(&self, session: &str);
     /// One page of the list from the cluster snapshot, with its age.
     async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError>;
-    /// A node's history over a timeframe (its page's charts).
-    async fn node_history(
-        &self,
-        node: String,
-        timeframe: Timeframe,
-    ) -> Result<NodeHistory, UiError>;
+    /// A node's charts over a timeframe (its page), drawn.
+    async fn node_charts(&self, node: String, timeframe: Timeframe) -> Result<NodeCharts, UiError>;
     async fn catalog(&self) -> Result<Catalog, UiError>;
     async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError>;
     async fn jobs(&self) -> Result<Vec<Job>, UiError>;

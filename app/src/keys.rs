@@ -34,11 +34,7 @@ pub fn vm(vm: &VmSummary) -> u64 {
 
 /// A node card: its figures and its sparklines.
 pub fn node_card((n, spark): &(NodeSummary, Option<NodeSpark>)) -> u64 {
-    let line = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    hash((
-        node(n),
-        spark.as_ref().map(|s| (line(&s.cpu), line(&s.memory))),
-    ))
+    hash((node(n), spark))
 }
 
 pub fn node(n: &NodeSummary) -> u64 {

@@ -7,6 +7,8 @@
 pub mod api;
 #[cfg(feature = "ssr")]
 pub mod backend;
+#[cfg(feature = "ssr")]
+pub mod charts;
 mod codec;
 mod components;
 pub mod format;

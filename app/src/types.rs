@@ -89,12 +89,55 @@ impl Timeframe {
     }
 }
 
-/// A node card's sparklines: CPU and RAM in use, %, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// A node card's sparklines, drawn on the server: the browser only places
+/// them (no drawing code in its bundle).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct NodeSpark {
     pub node: String,
-    pub cpu: Vec<f32>,
-    pub memory: Vec<f32>,
+    pub cpu: Spark,
+    pub memory: Spark,
+}
+
+/// One sparkline: its SVG path and its figures in words.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Spark {
+    pub d: String,
+    pub words: String,
+}
+
+/// A node page's charts, drawn on the server (`charts::draw`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCharts {
+    pub node: String,
+    pub timeframe: Timeframe,
+    /// Rows of history drawn.
+    pub points: usize,
+    pub charts: Vec<ChartView>,
+}
+
+/// One chart: its scale, its reach and its lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChartView {
+    pub title: String,
+    /// For its element id and `data-chart`.
+    pub key: String,
+    /// The scale's top and bottom as text (`100%`, `0 GiB`).
+    pub top: String,
+    pub bottom: String,
+    /// `69 min ago`.
+    pub reach: String,
+    pub lines: Vec<LineView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineView {
+    pub name: String,
+    /// Its colour by CSS class; the legend names it, so colour is never
+    /// the only carrier.
+    pub class: String,
+    pub d: String,
+    /// `now 23%, average 20%, peak 35%`.
+    pub words: String,
 }
 
 /// One sample of a node's history; a field Proxmox left out is `None`
@@ -115,7 +158,7 @@ pub struct HistoryPoint {
     pub net_out: Option<f32>,
 }
 
-/// A node's page: its history over a timeframe.
+/// A node's history over a timeframe, as the server reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeHistory {
     pub node: String,

@@ -18,7 +18,7 @@ async function chartsOf(page) {
   return { titles, lines, words };
 }
 
-test('node cards carry CPU and RAM sparklines; a card leads to its node page, which hydrates', async () => {
+test('node cards carry CPU and RAM sparklines; a card leads to its node page', async () => {
   const { page, errors } = await openPage(browser);
   await page.goto(BASE_URL + '/');
   await waitForHydration(page);

@@ -30,7 +30,7 @@ mod templates;
 
 use std::sync::Arc;
 
-use app::types::{Job, JobDetail, ListFilter, NodeHistory, NodeSpark, Timeframe};
+use app::types::{Job, JobDetail, ListFilter, NodeHistory, Timeframe};
 
 use crate::clock::Clock;
 use crate::config::{Config, Limits};
@@ -178,10 +178,11 @@ impl Engine {
         Ok(self.history.get(&self.proxmox, node, timeframe).await?)
     }
 
-    /// The node cards' last hour (CPU and RAM), for the online nodes.
-    pub async fn sparks(&self) -> Vec<NodeSpark> {
+    /// The last hour of each online node (whose history can be read),
+    /// for the node cards.
+    pub async fn node_hours(&self) -> Vec<Arc<NodeHistory>> {
         let online = self.cluster.online_nodes();
-        self.history.sparks(&self.proxmox, &online).await
+        self.history.hours(&self.proxmox, &online).await
     }
 
     /// The cluster changed behind the port's back (the simulator's control

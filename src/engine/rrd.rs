@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::types::{HistoryPoint, NodeHistory, NodeSpark, Timeframe};
+use app::types::{HistoryPoint, NodeHistory, Timeframe};
 
 use crate::pve::{PveError, RrdRow, Timed};
 
@@ -89,9 +89,9 @@ impl History {
         Ok(history)
     }
 
-    /// The overview's sparklines: the hour of each node, as far as it can
-    /// be read (a node that cannot is left out, its card without one).
-    pub async fn sparks(&self, proxmox: &Timed, nodes: &[String]) -> Vec<NodeSpark> {
+    /// The hour of each node, as far as it can be read (a node that
+    /// cannot is left out: its card goes without sparklines).
+    pub async fn hours(&self, proxmox: &Timed, nodes: &[String]) -> Vec<Arc<NodeHistory>> {
         let reads = nodes
             .iter()
             .map(|node| self.get(proxmox, node, Timeframe::Hour));
@@ -99,20 +99,7 @@ impl History {
             .await
             .into_iter()
             .filter_map(Result::ok)
-            .map(|h| spark(&h))
             .collect()
-    }
-}
-
-fn spark(history: &NodeHistory) -> NodeSpark {
-    let memory = |p: &HistoryPoint| match (p.memory_used, p.memory_total) {
-        (Some(used), Some(total)) if total > 0.0 => Some(used / total * 100.0),
-        _ => None,
-    };
-    NodeSpark {
-        node: history.node.clone(),
-        cpu: history.points.iter().filter_map(|p| p.cpu).collect(),
-        memory: history.points.iter().filter_map(memory).collect(),
     }
 }
 
@@ -135,18 +122,5 @@ mod tests {
             (Some(25.0), Some(2.0), Some(8.0))
         );
         assert_eq!(p.net_in, None, "a missing field is a gap, not a zero");
-        let h = NodeHistory {
-            node: "pve1".into(),
-            timeframe: Timeframe::Hour,
-            points: vec![
-                p,
-                point(&RrdRow {
-                    time: 120,
-                    ..RrdRow::default()
-                }),
-            ],
-        };
-        let s = spark(&h);
-        assert_eq!((s.cpu, s.memory), (vec![25.0], vec![25.0]));
     }
 }

@@ -215,7 +215,7 @@ impl Cluster {
         // The overview's sparklines, at their own (slower) pace: `History`
         // reads a node's hour again only once a minute has passed.
         let online = self.online_nodes();
-        self.history.sparks(&self.proxmox, &online).await;
+        self.history.hours(&self.proxmox, &online).await;
     }
 
     /// The nodes the last snapshot saw online.

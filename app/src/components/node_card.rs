@@ -39,8 +39,8 @@ pub fn NodeCard(node: NodeSummary, spark: Option<NodeSpark>) -> impl IntoView {
             <p class="node-meta">{vm_count}</p>
             {spark.map(|s| view! {
                 <div class="sparks">
-                    <Sparkline label="CPU" values=s.cpu/>
-                    <Sparkline label="RAM" values=s.memory/>
+                    <Sparkline label="CPU" key="cpu" spark=s.cpu/>
+                    <Sparkline label="RAM" key="ram" spark=s.memory/>
                 </div>
             })}
             <Bar

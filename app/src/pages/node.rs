@@ -1,21 +1,17 @@
-use std::time::Duration;
-
 use leptos::either::Either;
 use leptos::prelude::*;
+use leptos_meta::Meta;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::api::get_node_history;
-use crate::components::chart::{Chart, Series, Unit};
-use crate::refresh::Latest;
-use crate::types::{HistoryPoint, NodeHistory, Timeframe, UiError};
+use crate::api::get_node_charts;
+use crate::components::chart::Chart;
+use crate::types::Timeframe;
 
-/// How often the charts ask again once hydrated (Proxmox adds a row a
-/// minute at most).
-const REFRESH: Duration = Duration::from_secs(60);
-
-/// `/node/:name[?tf=hour|day|week]`: a node's CPU, RAM, network and I/O
-/// over time. The timeframes are plain links: the page works the same
-/// without JavaScript.
+/// `/node/:name[?tf=hour|day|week]`: a node's CPU, RAM, network and IO
+/// delay over time, as SVG the server draws. Not an island: a lazy island
+/// here cost every page 6–12 KB of WASM through the bundle's split (see the
+/// README), so the page reads again by reloading itself every minute —
+/// which works without JavaScript too — and the timeframes are plain links.
 #[component]
 pub fn NodePage() -> impl IntoView {
     let node = use_params_map()
@@ -36,106 +32,23 @@ pub fn NodePage() -> impl IntoView {
         })
         .collect_view();
     view! {
+        // Proxmox adds a row a minute at most.
+        <Meta http_equiv="refresh" content="60"/>
         <h1>"Node " {node.clone()}</h1>
         <nav class="timeframes" aria-label="timeframe">{links}</nav>
         <Suspense fallback=|| view! { <p class="loading">"Reading the node's history…"</p> }>
             {Suspend::new(async move {
-                let initial = get_node_history(node.clone(), timeframe).await.and_then(|a| a);
-                view! { <LiveNode node timeframe initial/> }
+                match get_node_charts(node, timeframe).await.and_then(|a| a) {
+                    Ok(d) => Either::Left(view! {
+                        <div class="charts" data-timeframe=d.timeframe.as_str() data-points=d.points>
+                            {d.charts.into_iter().map(|chart| view! { <Chart chart/> }).collect_view()}
+                        </div>
+                    }),
+                    Err(e) => Either::Right(view! {
+                        <p class="error" role="alert">"Cannot read the node's history: " {e.message}</p>
+                    }),
+                }
             })}
         </Suspense>
-    }
-}
-
-/// The charts, read again every `REFRESH` in the browser.
-#[island(lazy)]
-fn LiveNode(
-    node: String,
-    timeframe: Timeframe,
-    initial: Result<NodeHistory, UiError>,
-) -> impl IntoView {
-    let history = RwSignal::new(initial);
-    let latest = Latest::default();
-    Effect::new(move |_| {
-        let node = node.clone();
-        let refresh = move || {
-            let node = node.clone();
-            latest.load(
-                async move { get_node_history(node, timeframe).await.and_then(|a| a) },
-                move |answer| history.set(answer),
-            );
-        };
-        if let Ok(handle) = set_interval_with_handle(refresh, REFRESH) {
-            on_cleanup(move || handle.clear());
-        }
-    });
-    move || match history.get() {
-        Ok(h) => Either::Left(charts(&h)),
-        Err(e) => Either::Right(view! {
-            <p class="error" role="alert">"Cannot read the node's history: " {e.message}</p>
-        }),
-    }
-}
-
-fn column(
-    points: &[HistoryPoint],
-    pick: impl Fn(&HistoryPoint) -> Option<f32>,
-) -> Vec<Option<f32>> {
-    points.iter().map(pick).collect()
-}
-
-fn charts(history: &NodeHistory) -> impl IntoView + use<> {
-    let p = &history.points;
-    let reach = match (p.first(), p.last()) {
-        (Some(a), Some(b)) => b.time - a.time,
-        _ => 0,
-    };
-    let ram = p
-        .iter()
-        .filter_map(|p| p.memory_total)
-        .fold(0.0f32, f32::max);
-    let net_in = column(p, |p| p.net_in);
-    let net_out = column(p, |p| p.net_out);
-    let net_max = net_in
-        .iter()
-        .chain(&net_out)
-        .flatten()
-        .copied()
-        .fold(0.0f32, f32::max)
-        * 1.1;
-    view! {
-        <div class="charts" data-timeframe=history.timeframe.as_str() data-points=p.len()>
-            <Chart
-                title="CPU"
-                unit=Unit::Percent
-                max=100.0
-                reach
-                series=vec![Series { name: "CPU usage", class: "line-a", values: column(p, |p| p.cpu) }]
-            />
-            <Chart
-                title="RAM"
-                unit=Unit::Gib
-                max=ram
-                reach
-                series=vec![Series { name: "RAM used", class: "line-a", values: column(p, |p| p.memory_used) }]
-            />
-            <Chart
-                title="Network"
-                unit=Unit::BytesPerSec
-                max=net_max
-                reach
-                series=vec![
-                    Series { name: "in", class: "line-a", values: net_in },
-                    Series { name: "out", class: "line-b", values: net_out },
-                ]
-            />
-            <Chart
-                title="Disk IO delay"
-                unit=Unit::Percent
-                max=100.0
-                reach
-                series=vec![Series { name: "IO delay", class: "line-b", values: column(p, |p| p.iowait) }]
-            />
-        </div>
     }
 }
