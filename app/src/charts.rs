@@ -4,7 +4,7 @@
 //! in its bundle (see `components::chart`).
 
 use crate::format::num;
-use crate::types::{ChartView, HistoryPoint, LineView, NodeCharts, NodeHistory, NodeSpark, Spark};
+use crate::types::{ChartView, LineView, NodeCharts, NodeHistory, NodeSpark, RrdRow, Spark};
 
 use crate::components::chart::{H, SH, SW, W};
 
@@ -88,15 +88,24 @@ pub fn spark(label: &str, values: &[Option<f32>]) -> Spark {
     }
 }
 
-fn column(
-    points: &[HistoryPoint],
-    pick: impl Fn(&HistoryPoint) -> Option<f32>,
-) -> Vec<Option<f32>> {
-    points.iter().map(pick).collect()
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// One field of every row, as drawn (`None`: Proxmox left it out, a gap).
+fn column(rows: &[RrdRow], pick: impl Fn(&RrdRow) -> Option<f64>) -> Vec<Option<f32>> {
+    rows.iter().map(|r| pick(r).map(|v| v as f32)).collect()
 }
 
-fn memory_share(p: &HistoryPoint) -> Option<f32> {
-    match (p.memory_used, p.memory_total) {
+/// Proxmox's shares (0–1) as %.
+fn percent(v: Option<f64>) -> Option<f64> {
+    v.map(|v| v * 100.0)
+}
+
+fn gib(v: Option<f64>) -> Option<f64> {
+    v.map(|v| v / GIB)
+}
+
+fn memory_share(r: &RrdRow) -> Option<f64> {
+    match (r.memused, r.memtotal) {
         (Some(used), Some(total)) if total > 0.0 => Some(used / total * 100.0),
         _ => None,
     }
@@ -106,8 +115,8 @@ fn memory_share(p: &HistoryPoint) -> Option<f32> {
 pub fn sparks(hour: &NodeHistory) -> NodeSpark {
     NodeSpark {
         node: hour.node.clone(),
-        cpu: spark("CPU", &column(&hour.points, |p| p.cpu)),
-        memory: spark("RAM", &column(&hour.points, memory_share)),
+        cpu: spark("CPU", &column(&hour.rows, |r| percent(r.cpu))),
+        memory: spark("RAM", &column(&hour.rows, memory_share)),
     }
 }
 
@@ -142,19 +151,19 @@ fn chart(
 
 /// A node page's charts: CPU, RAM, network in/out, IO delay.
 pub fn draw(history: &NodeHistory) -> NodeCharts {
-    let p = &history.points;
+    let p = &history.rows;
     let reach = match (p.first(), p.last()) {
         (Some(a), Some(b)) => format!("{} ago", span(b.time - a.time)),
         _ => "now".to_string(),
     };
-    let ram = p
-        .iter()
-        .filter_map(|p| p.memory_total)
+    let ram = column(p, |r| gib(r.memtotal))
+        .into_iter()
+        .flatten()
         .fold(0.0f32, f32::max);
-    let cpu = column(p, |p| p.cpu);
-    let used = column(p, |p| p.memory_used);
-    let (net_in, net_out) = (column(p, |p| p.net_in), column(p, |p| p.net_out));
-    let io = column(p, |p| p.iowait);
+    let cpu = column(p, |r| percent(r.cpu));
+    let used = column(p, |r| gib(r.memused));
+    let (net_in, net_out) = (column(p, |r| r.netin), column(p, |r| r.netout));
+    let io = column(p, |r| percent(r.iowait));
     let net_max = net_in
         .iter()
         .chain(&net_out)
@@ -236,19 +245,19 @@ mod tests {
 
     #[test]
     fn a_history_becomes_four_charts_and_two_sparklines() {
-        let point = |time, cpu| HistoryPoint {
+        let row = |time, cpu| RrdRow {
             time,
             cpu: Some(cpu),
-            iowait: Some(1.0),
-            memory_used: Some(4.0),
-            memory_total: Some(16.0),
-            net_in: Some(2048.0),
-            net_out: None,
+            iowait: Some(0.01),
+            memused: Some(4.0 * GIB),
+            memtotal: Some(16.0 * GIB),
+            netin: Some(2048.0),
+            ..RrdRow::default()
         };
         let history = NodeHistory {
             node: "pve1".into(),
             timeframe: Timeframe::Hour,
-            points: vec![point(0, 10.0), point(4140, 20.0)],
+            rows: vec![row(0, 0.10), row(4140, 0.20)],
         };
         let charts = draw(&history);
         let titles: Vec<&str> = charts.charts.iter().map(|c| c.title.as_str()).collect();
@@ -267,6 +276,25 @@ mod tests {
         assert_eq!(
             s.memory.words,
             "RAM, last hour: now 25%, average 25%, peak 25%"
+        );
+    }
+
+    #[test]
+    fn rows_become_percentages_and_gibibytes() {
+        let row = RrdRow {
+            time: 60,
+            cpu: Some(0.25),
+            memused: Some(2.0 * GIB),
+            memtotal: Some(8.0 * GIB),
+            ..RrdRow::default()
+        };
+        assert_eq!(column(&[row], |r| percent(r.cpu)), [Some(25.0)]);
+        assert_eq!(column(&[row], |r| gib(r.memused)), [Some(2.0)]);
+        assert_eq!(column(&[row], |r| gib(r.memtotal)), [Some(8.0)]);
+        assert_eq!(
+            column(&[row], |r| r.netin),
+            [None],
+            "a missing field is a gap, not a zero"
         );
     }
 }

@@ -31,7 +31,7 @@ fn elapsed_of(message: &str) -> Option<String> {
 }
 
 /// `… (30%)`, `… (45.00%)` → the percentage.
-fn progress_of(message: &str) -> Option<f64> {
+pub fn progress_of(message: &str) -> Option<f64> {
     let inner = message.strip_suffix("%)")?.rsplit_once('(')?.1;
     decimal(inner)
 }

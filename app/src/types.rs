@@ -140,30 +140,44 @@ pub struct LineView {
     pub words: String,
 }
 
-/// One sample of a node's history; a field Proxmox left out is `None`
-/// (a gap in the chart).
+/// One row of `pvesh get /nodes/<node>/rrddata --timeframe <t>`: a step
+/// of Proxmox's round-robin history of the node. Rows from before it had
+/// data carry only `time`.
+#[cfg(feature = "ssr")]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-pub struct HistoryPoint {
+pub struct RrdRow {
     /// Unix time, seconds.
     pub time: i64,
-    /// % of the node's CPUs in use.
-    pub cpu: Option<f32>,
-    /// % of CPU time waiting for I/O (Proxmox's "IO delay").
-    pub iowait: Option<f32>,
-    /// GiB.
-    pub memory_used: Option<f32>,
-    pub memory_total: Option<f32>,
+    /// Share of the node's CPUs in use, 0–1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maxcpu: Option<f64>,
+    /// Share of CPU time waiting for I/O, 0–1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iowait: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loadavg: Option<f64>,
+    /// Bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memused: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memtotal: Option<f64>,
     /// Bytes per second.
-    pub net_in: Option<f32>,
-    pub net_out: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netin: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netout: Option<f64>,
 }
 
-/// A node's history over a timeframe, as the server reads it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A node's history over a timeframe, as the server read it (the
+/// charts' input; never sent to the browser).
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeHistory {
     pub node: String,
     pub timeframe: Timeframe,
-    pub points: Vec<HistoryPoint>,
+    pub rows: Vec<RrdRow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

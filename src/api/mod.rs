@@ -13,7 +13,9 @@ mod templates;
 mod vm;
 
 use axum::Router;
-use axum::http::StatusCode;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 
 use crate::server::AppState;
@@ -69,14 +71,9 @@ async fn health() -> &'static str {
 }
 
 /// `GET /metrics`: open like every read (no secret or per-user data in it).
-pub async fn metrics(
-    axum::extract::State(state): axum::extract::State<AppState>,
-) -> impl axum::response::IntoResponse {
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            crate::metrics::CONTENT_TYPE,
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.engine.metrics_text(),
     )
 }

@@ -2,14 +2,15 @@
 //! summary; with `--json`, one JSON object per line on stdout. Errors go
 //! to stderr either way.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use app::types::{Job, JobState, StepEvent, StepStatus, VmOutcome};
+use app::format::age;
+use app::timeline::{self, progress_of};
+use app::types::{Job, JobEvent, JobState, StepEvent, StepStatus, VmList, VmOutcome};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::Exit;
 use super::connection::Failure;
+use crate::clock::now_ms;
 
 pub struct Show {
     json: bool,
@@ -61,23 +62,18 @@ impl Show {
             self.line(list.clone());
             return Exit::Done;
         }
-        let text = |v: &Value, key: &str| v[key].as_str().unwrap_or("-").to_string();
-        let number = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0);
+        let list: VmList = match serde_json::from_value(list.clone()) {
+            Ok(list) => list,
+            Err(e) => return self.failure(&Failure::Garbled(e.to_string())),
+        };
         println!(
             "{:>6}  {:<24} {:<10} {:<9} {:<16} {:>4} {:>8}  OS",
             "VMID", "NAME", "NODE", "STATUS", "IP", "CPU", "RAM GiB"
         );
-        for vm in list["list"].as_array().into_iter().flatten() {
+        for vm in &list.list {
             println!(
                 "{:>6}  {:<24} {:<10} {:<9} {:<16} {:>4} {:>8.2}  {}",
-                vm["vmid"].as_u64().unwrap_or(0),
-                text(vm, "name"),
-                text(vm, "node"),
-                text(vm, "status"),
-                text(vm, "ip"),
-                vm["cpu"].as_u64().unwrap_or(0),
-                number(vm, "memory"),
-                text(vm, "os"),
+                vm.vmid, vm.name, vm.node, vm.status, vm.ip, vm.cpu, vm.memory, vm.os,
             );
         }
         println!();
@@ -85,14 +81,10 @@ impl Show {
             "{:<10} {:<8} {:>7} {:>9} {:>13}",
             "NODE", "STATUS", "CPU %", "RAM %", "VMS' vCPUs"
         );
-        for node in list["cluster"].as_array().into_iter().flatten() {
+        for node in &list.cluster {
             println!(
                 "{:<10} {:<8} {:>7.1} {:>9.1} {:>13}",
-                text(node, "node"),
-                text(node, "status"),
-                number(node, "cpu_used"),
-                number(node, "memory_used"),
-                node["vcpus"].as_u64().unwrap_or(0),
+                node.node, node.status, node.cpu_used, node.memory_used, node.vcpus,
             );
         }
         Exit::Done
@@ -103,22 +95,24 @@ impl Show {
             self.line(jobs.clone());
             return Exit::Done;
         }
+        let jobs: Vec<Job> = match serde_json::from_value(jobs.clone()) {
+            Ok(jobs) => jobs,
+            Err(e) => return self.failure(&Failure::Garbled(e.to_string())),
+        };
         println!(
-            "{:>5}  {:<9} {:<12} {:>6}  {:<9} TITLE",
+            "{:>5}  {:<9} {:<12} {:>6}  {:<12} TITLE",
             "ID", "KIND", "STATE", "VMID", "CREATED"
         );
         let now = now_ms();
-        for job in jobs.as_array().into_iter().flatten() {
+        for job in &jobs {
             println!(
-                "{:>5}  {:<9} {:<12} {:>6}  {:<9} {}",
-                job["id"].as_u64().unwrap_or(0),
-                job["kind"].as_str().unwrap_or("-"),
-                job["state"].as_str().unwrap_or("-"),
-                job["vmid"]
-                    .as_u64()
-                    .map_or("-".to_string(), |v| v.to_string()),
-                ago(now - job["created"].as_i64().unwrap_or(now)),
-                job["title"].as_str().unwrap_or(""),
+                "{:>5}  {:<9} {:<12} {:>6}  {:<12} {}",
+                job.id,
+                job.kind.as_str(),
+                job.state.as_str(),
+                job.vmid.map_or("-".to_string(), |v| v.to_string()),
+                age(now - job.created),
+                job.title,
             );
         }
         Exit::Done
@@ -137,19 +131,9 @@ impl Show {
             step: None,
             bar: None,
             last_progress: None,
-            summary: Summary::default(),
-            error: None,
+            seen: Vec::new(),
         }
     }
-}
-
-/// What the last events of an install tell.
-#[derive(Debug, Default)]
-struct Summary {
-    vmid: Option<u32>,
-    ip: Option<String>,
-    user: Option<String>,
-    host_key: Option<String>,
 }
 
 /// A job as it is being followed.
@@ -162,20 +146,15 @@ pub struct Watch<'a> {
     bar: Option<ProgressBar>,
     /// The progress line the bar shows now, printed when it ends.
     last_progress: Option<String>,
-    summary: Summary,
-    /// The last `[-]` event: step and message.
-    error: Option<(String, String)>,
+    /// The events so far: the summary and the failure are read from them
+    /// as the web UI's timeline reads them (`app::timeline`).
+    seen: Vec<JobEvent>,
 }
 
-/// `(45%)`, `(1.00%)` at the end of a progress line: the percentage.
+/// `(45%)`, `(1.00%)` at the end of a progress line: the percentage, as
+/// the web UI's timeline reads it, when it is one.
 pub fn percent(message: &str) -> Option<f64> {
-    let inner = message.trim_end().strip_suffix("%)")?;
-    let open = inner.rfind('(')?;
-    inner[open + 1..]
-        .trim()
-        .parse()
-        .ok()
-        .filter(|p: &f64| (0.0..=100.0).contains(p))
+    progress_of(message).filter(|p| (0.0..=100.0).contains(p))
 }
 
 impl Watch<'_> {
@@ -188,7 +167,11 @@ impl Watch<'_> {
             return;
         }
         self.last_seq = seq;
-        self.note(event);
+        self.seen.push(JobEvent {
+            seq,
+            at: 0,
+            event: event.clone(),
+        });
         if self.show.json {
             let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
             if let Value::Object(fields) = &mut value {
@@ -212,25 +195,6 @@ impl Watch<'_> {
                 self.end_bar();
                 println!("  {}", event.message.trim_start());
             }
-        }
-    }
-
-    /// Keeps what the summary needs.
-    fn note(&mut self, event: &StepEvent) {
-        if let Some(vmid) = event.vm_id {
-            self.summary.vmid = Some(vmid);
-        }
-        if let Some(ip) = &event.ip {
-            self.summary.ip = Some(ip.clone());
-        }
-        if let Some(key) = &event.host_key {
-            self.summary.host_key = Some(key.clone());
-        }
-        if let Some(user) = event.message.strip_prefix("[*] User: ") {
-            self.summary.user = Some(user.trim().to_string());
-        }
-        if event.status == StepStatus::Error {
-            self.error = Some((event.step.clone(), event.message.clone()));
         }
     }
 
@@ -285,22 +249,32 @@ impl Watch<'_> {
     pub fn ended(mut self, job: &Job) -> Exit {
         self.end_bar();
         let ok = job.state == JobState::Succeeded;
-        let summary = &self.summary;
-        let ssh = match (&summary.user, &summary.ip) {
+        let summary = timeline::summary(&self.seen);
+        let (vmid, ip, user, host_key) = match &summary {
+            Some(s) => (
+                Some(s.vmid),
+                Some(&s.ip),
+                s.user.as_ref(),
+                s.host_key.as_ref(),
+            ),
+            None => (job.vmid, None, None, None),
+        };
+        let ssh = match (user, ip) {
             (Some(user), Some(ip)) => Some(format!("ssh {user}@{ip}")),
             _ => None,
         };
-        let failed_message = self.error.as_ref().map(|(_, m)| m.clone());
+        let failure = timeline::failure(&self.seen);
+        let failed_message = failure.as_ref().map(|(_, m)| m.clone());
         if self.show.json {
             self.show.line(json!({
                 "job": self.id,
                 "kind": job.kind.as_str(),
                 "state": job.state.as_str(),
-                "vmid": summary.vmid.or(job.vmid),
-                "ip": summary.ip,
-                "user": summary.user,
+                "vmid": vmid,
+                "ip": ip,
+                "user": user,
                 "ssh": ssh,
-                "host_key": summary.host_key,
+                "host_key": host_key,
                 "failed_step": job.failed_step,
                 "error": failed_message,
                 "outcome": job.outcome.map(outcome_word),
@@ -308,16 +282,16 @@ impl Watch<'_> {
         } else if ok {
             println!();
             println!("job {} {}: {}", self.id, job.state.as_str(), job.title);
-            if let Some(vmid) = summary.vmid.or(job.vmid) {
+            if let Some(vmid) = vmid {
                 println!("  VMID      {vmid}");
             }
-            if let Some(ip) = &summary.ip {
+            if let Some(ip) = ip {
                 println!("  IP        {ip}");
             }
             if let Some(ssh) = &ssh {
                 println!("  ssh       {ssh}");
             }
-            if let Some(key) = &summary.host_key {
+            if let Some(key) = host_key {
                 println!("  host key  {key}");
             }
         }
@@ -327,7 +301,7 @@ impl Watch<'_> {
         let step = job
             .failed_step
             .clone()
-            .or_else(|| self.error.as_ref().map(|(s, _)| s.clone()))
+            .or_else(|| failure.map(|(s, _)| s))
             .unwrap_or_else(|| "-".to_string());
         eprintln!(
             "\njob {} {} at step '{step}': {}",
@@ -350,23 +324,6 @@ fn outcome_word(outcome: VmOutcome) -> &'static str {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// `12s ago`, `5m ago`, `3h ago`, `2d ago`.
-fn ago(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..60 => format!("{s}s ago"),
-        60..3600 => format!("{}m ago", s / 60),
-        3600..86_400 => format!("{}h ago", s / 3600),
-        _ => format!("{}d ago", s / 86_400),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,13 +340,5 @@ mod tests {
         );
         assert_eq!(percent("[+] auto-assigned VMID: 106 (0.01s)"), None);
         assert_eq!(percent("(250%)"), None);
-    }
-
-    #[test]
-    fn ages_are_short() {
-        assert_eq!(ago(5_000), "5s ago");
-        assert_eq!(ago(300_000), "5m ago");
-        assert_eq!(ago(3 * 3_600_000), "3h ago");
-        assert_eq!(ago(-1), "0s ago");
     }
 }

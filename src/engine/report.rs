@@ -139,8 +139,7 @@ impl<'a> Step<'a> {
         }
     }
 
-    fn measure(&self, ok: bool) {
-        let took = self.started.elapsed();
+    fn measure(&self, ok: bool, took: Duration) {
         self.out.job().metrics().step(&self.name, ok, took);
     }
 
@@ -161,15 +160,13 @@ impl<'a> Step<'a> {
 
     /// `[+] … (1.23s)`
     pub fn success(&self, message: &str) {
-        self.measure(true);
-        self.emit(
-            StepStatus::Success,
-            format!("{message} {}", elapsed(self.started.elapsed())),
-        );
+        let took = self.started.elapsed();
+        self.measure(true, took);
+        self.emit(StepStatus::Success, format!("{message} {}", elapsed(took)));
     }
 
     pub fn error(&self, message: impl Into<String>) {
-        self.measure(false);
+        self.measure(false, self.started.elapsed());
         self.emit(StepStatus::Error, message.into());
     }
 

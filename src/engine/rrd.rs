@@ -1,18 +1,18 @@
 //! Nodes' history (`rrddata`) for the charts, kept in memory: Proxmox adds
 //! a row per minute at best, so a timeframe is read again only once its
 //! step has passed (a minute for the hour, ten for the day and week), and
-//! readers who ask at once share the read. The snapshot's refresher reads
-//! the hour of every node ahead of the overview (its sparklines).
+//! readers who ask at once share the read. A failed read is kept too, for
+//! a shorter while, so that a node that cannot answer is not asked again
+//! by every reader. The snapshot's refresher reads the hour of every node
+//! ahead of the overview (its sparklines).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::types::{HistoryPoint, NodeHistory, Timeframe};
+use app::types::{NodeHistory, Timeframe};
 
-use crate::pve::{PveError, RrdRow, Timed};
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+use crate::pve::{PveError, Timed};
 
 /// How long a read timeframe is kept.
 fn ttl(timeframe: Timeframe) -> Duration {
@@ -22,38 +22,31 @@ fn ttl(timeframe: Timeframe) -> Duration {
     }
 }
 
-type Key = (String, Timeframe);
+/// How long a failed read is kept before the next reader tries again.
+const FAILED: Duration = Duration::from_secs(15);
+
+type Read = (Instant, Result<Arc<NodeHistory>, PveError>);
+
+/// One node and timeframe: its last read; the lock is held while a read
+/// runs, so readers who come meanwhile wait for it instead of reading too.
+type Slot = Arc<tokio::sync::Mutex<Option<Read>>>;
 
 #[derive(Default)]
 pub struct History {
-    kept: Mutex<HashMap<Key, (Instant, Arc<NodeHistory>)>>,
-    /// One read per key at a time.
-    flights: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    slots: Mutex<HashMap<(String, Timeframe), Slot>>,
 }
 
-/// Proxmox's row as the UI draws it: shares as %, memory in GiB.
-fn point(row: &RrdRow) -> HistoryPoint {
-    let pct = |v: Option<f64>| v.map(|v| (v * 100.0) as f32);
-    let gib = |v: Option<f64>| v.map(|v| (v / GIB) as f32);
-    HistoryPoint {
-        time: row.time,
-        cpu: pct(row.cpu),
-        iowait: pct(row.iowait),
-        memory_used: gib(row.memused),
-        memory_total: gib(row.memtotal),
-        net_in: row.netin.map(|v| v as f32),
-        net_out: row.netout.map(|v| v as f32),
-    }
+/// Whether a read is recent enough to answer with.
+fn fresh((at, outcome): &Read, timeframe: Timeframe) -> bool {
+    let kept = if outcome.is_ok() {
+        ttl(timeframe)
+    } else {
+        FAILED
+    };
+    at.elapsed() < kept
 }
 
 impl History {
-    fn fresh(&self, key: &Key) -> Option<Arc<NodeHistory>> {
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.get(key)
-            .filter(|(at, _)| at.elapsed() < ttl(key.1))
-            .map(|(_, h)| h.clone())
-    }
-
     /// A node's timeframe, from memory when recent enough.
     pub async fn get(
         &self,
@@ -61,32 +54,26 @@ impl History {
         node: &str,
         timeframe: Timeframe,
     ) -> Result<Arc<NodeHistory>, PveError> {
-        let key = (node.to_string(), timeframe);
-        if let Some(h) = self.fresh(&key) {
-            return Ok(h);
-        }
-        let flight = self
-            .flights
+        let slot = self
+            .slots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(key.clone())
+            .entry((node.to_string(), timeframe))
             .or_default()
             .clone();
-        let _one = flight.lock().await;
-        if let Some(h) = self.fresh(&key) {
-            return Ok(h);
+        let mut last = slot.lock().await;
+        if let Some(read) = last.as_ref().filter(|r| fresh(r, timeframe)) {
+            return read.1.clone();
         }
-        let rows = proxmox.rrddata(node, timeframe).await?;
-        let history = Arc::new(NodeHistory {
-            node: node.to_string(),
-            timeframe,
-            points: rows.iter().map(point).collect(),
+        let outcome = proxmox.rrddata(node, timeframe).await.map(|rows| {
+            Arc::new(NodeHistory {
+                node: node.to_string(),
+                timeframe,
+                rows,
+            })
         });
-        self.kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (Instant::now(), history.clone()));
-        Ok(history)
+        *last = Some((Instant::now(), outcome.clone()));
+        outcome
     }
 
     /// The hour of each node, as far as it can be read (a node that
@@ -108,19 +95,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_become_percentages_and_gibibytes() {
-        let row = RrdRow {
-            time: 60,
-            cpu: Some(0.25),
-            memused: Some(2.0 * GIB),
-            memtotal: Some(8.0 * GIB),
-            ..RrdRow::default()
-        };
-        let p = point(&row);
-        assert_eq!(
-            (p.cpu, p.memory_used, p.memory_total),
-            (Some(25.0), Some(2.0), Some(8.0))
+    fn a_failure_is_kept_less_long_than_an_answer() {
+        let at = Instant::now() - Duration::from_secs(30);
+        let ok: Read = (
+            at,
+            Ok(Arc::new(NodeHistory {
+                node: "pve1".into(),
+                timeframe: Timeframe::Hour,
+                rows: Vec::new(),
+            })),
         );
-        assert_eq!(p.net_in, None, "a missing field is a gap, not a zero");
+        let failed: Read = (
+            at,
+            Err(PveError::Timeout {
+                command: "pvesh".into(),
+                secs: 1,
+            }),
+        );
+        assert!(fresh(&ok, Timeframe::Hour));
+        assert!(!fresh(&failed, Timeframe::Hour));
+        assert!(!fresh(
+            &(Instant::now() - Duration::from_secs(61), ok.1),
+            Timeframe::Hour
+        ));
     }
 }

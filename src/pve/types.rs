@@ -142,34 +142,9 @@ pub struct MemoryInfo {
     pub free: u64,
 }
 
-/// One row of `pvesh get /nodes/<node>/rrddata --timeframe <t>`: a step
-/// of Proxmox's round-robin history of the node. Rows from before it had
-/// data carry only `time`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-pub struct RrdRow {
-    /// Unix time, seconds.
-    pub time: i64,
-    /// Share of the node's CPUs in use, 0–1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maxcpu: Option<f64>,
-    /// Share of CPU time waiting for I/O, 0–1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iowait: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loadavg: Option<f64>,
-    /// Bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memused: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memtotal: Option<f64>,
-    /// Bytes per second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netin: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netout: Option<f64>,
-}
+/// A row of `rrddata` is the charts' input as Proxmox writes it, so it
+/// lives beside them, in the app's types.
+pub use app::types::RrdRow;
 
 /// The parts of `/nodes/<node>/status` pvedeck reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

@@ -481,18 +481,13 @@ impl Face<'_> {
                     .iter()
                     .find(|(k, _)| k == "timeframe")
                     .map(|(_, v)| v.as_str());
-                let timeframe = match asked {
-                    None => return Err(PveError::command(
+                let timeframe = super::rrd::timeframe(asked).map_err(|why| {
+                    PveError::command(
                         "pvesh",
-                        "400 Parameter verification failed.\ntimeframe: property is missing and it is not optional",
+                        format!("400 Parameter verification failed.\ntimeframe: {why}"),
                         255,
-                    )),
-                    Some(raw) => app::types::Timeframe::parse(raw).ok_or_else(|| PveError::command(
-                        "pvesh",
-                        format!("400 Parameter verification failed.\ntimeframe: value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"),
-                        255,
-                    ))?,
-                };
+                    )
+                })?;
                 let rows = crate::pve::Pve::rrddata(self.sim, node, timeframe).await?;
                 Ok(print_json(&rows))
             }

@@ -20,6 +20,17 @@ pub fn step(timeframe: Timeframe) -> i64 {
     }
 }
 
+/// The `timeframe` parameter as both faces check it; the error is
+/// Proxmox's words for it (what follows `timeframe: `).
+pub fn timeframe(raw: Option<&str>) -> Result<Timeframe, String> {
+    let raw = raw.ok_or("property is missing and it is not optional")?;
+    Timeframe::parse(raw).ok_or_else(|| {
+        format!(
+            "value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"
+        )
+    })
+}
+
 /// What a node carries now.
 #[derive(Debug, Clone, Copy)]
 pub struct Load {
@@ -119,6 +130,16 @@ mod tests {
             .sum();
         let busy: f64 = rows.iter().filter_map(|r| r.netin).sum();
         assert!(busy > 3.0 * quiet, "running VMs make traffic");
+    }
+
+    #[test]
+    fn a_timeframe_is_required_and_one_of_proxmoxs() {
+        assert_eq!(timeframe(Some("week")), Ok(Timeframe::Week));
+        assert_eq!(
+            timeframe(None),
+            Err("property is missing and it is not optional".to_string())
+        );
+        assert!(timeframe(Some("decade")).is_err_and(|e| e.starts_with("value 'decade'")));
     }
 
     #[test]

@@ -114,15 +114,8 @@ pub async fn rrddata(
 ) -> ApiResult {
     api.node_up(&node)?;
     api.privs.require(&format!("/nodes/{node}"), "Sys.Audit")?;
-    let raw = params.get("timeframe").ok_or_else(|| {
-        ApiError::param("timeframe", "property is missing and it is not optional")
-    })?;
-    let timeframe = app::types::Timeframe::parse(raw).ok_or_else(|| {
-        ApiError::param(
-            "timeframe",
-            format!("value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"),
-        )
-    })?;
+    let timeframe = crate::sim::rrd::timeframe(params.get("timeframe"))
+        .map_err(|why| ApiError::param("timeframe", why))?;
     Ok(data(
         crate::pve::Pve::rrddata(&api.sim, &node, timeframe).await?,
     ))
