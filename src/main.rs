@@ -1,40 +1,29 @@
 use std::process::ExitCode;
 
-use pvedeck::config::Config;
+use clap::Parser;
+use pvedeck_config::Config;
 
-/// Exit code for a configuration the server refuses to start with.
+/// Exit code for a configuration the server refuses to start with (and,
+/// from clap, for arguments it does not know).
 const BAD_CONFIG: u8 = 2;
 
-const USAGE: &str = "\
-usage: pvedeck            serve, configured by the environment and ./.env (see .env.example)
-       pvedeck sim …      the simulated cluster's command-line face
-       pvedeck --version
-the command-line client is pvedeck-cli (pvedeck-cli --help)";
+/// The server takes no arguments: it is configured by its environment, so
+/// that a systemd unit, a container and a shell start it the same way. An
+/// argument it does not know must not start a server by surprise.
+#[derive(Parser)]
+#[command(
+    name = "pvedeck",
+    version,
+    about = "Serve pvedeck, configured by the environment and ./.env (see .env.example \
+             and docs/configuration.md)",
+    after_help = "The simulated cluster's command-line and REST faces are pvedeck-sim \
+                  (pvedeck-sim --help); the command-line client is pvedeck-cli \
+                  (pvedeck-cli --help)."
+)]
+struct Args {}
 
 fn main() -> ExitCode {
-    // Called as `qm`, `pvesh`, `pvesm`, `ssh` or `pvedeck sim …`: the
-    // simulated cluster's command-line face, not the server.
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(code) = pvedeck::sim::cli::dispatch(&args) {
-        return ExitCode::from(u8::try_from(code).unwrap_or(255));
-    }
-    // The server is configured by its environment, not by arguments: one
-    // it does not know must not start a server by surprise.
-    match args.get(1).map(String::as_str) {
-        None => {}
-        Some("--version" | "-V") => {
-            println!("pvedeck {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Some("--help" | "-h") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("pvedeck: unknown argument '{other}'\n\n{USAGE}");
-            return ExitCode::from(BAD_CONFIG);
-        }
-    }
+    let Args {} = Args::parse();
     if let Err(e) = dotenvy::dotenv()
         && !e.not_found()
     {

@@ -93,6 +93,13 @@ impl Default for Metrics {
     }
 }
 
+/// The port's calls, timed by `pvedeck_proxmox::Timed`.
+impl pvedeck_proxmox::timed::CallObserver for Metrics {
+    fn call(&self, operation: &'static str, ok: bool, took: Duration) {
+        Metrics::call(self, operation, ok, took);
+    }
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("pvedeck");

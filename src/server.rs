@@ -13,13 +13,13 @@ use app::backend::SharedBackend;
 use app::{App, OUTPUT_NAME, shell};
 
 use crate::api;
-use crate::clock::Clock;
-use crate::config::{BackendKind, Config};
 use crate::engine::{Engine, Parts};
 use crate::jobs::Jobs;
-use crate::mirror::{Http, ImageError, Mirror};
-use crate::pve::Pve;
-use crate::sim::{SimCluster, SimInternet};
+use pvedeck_config::{BackendKind, Config};
+use pvedeck_mirror::{Http, ImageError, Mirror};
+use pvedeck_proxmox::Pve;
+use pvedeck_sim::{SimCluster, SimInternet};
+use pvedeck_support::clock::Clock;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,7 +40,7 @@ impl FromRef<AppState> for LeptosOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Sim(#[from] crate::sim::SimError),
+    Sim(#[from] pvedeck_sim::SimError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
@@ -48,7 +48,7 @@ pub enum StartError {
     #[error(transparent)]
     Http(#[from] ImageError),
     #[error(transparent)]
-    Api(#[from] crate::pve::api::client::SetupError),
+    Api(#[from] pvedeck_proxmox::api::client::SetupError),
     #[error("the Proxmox API is not ready for pvedeck:\n  - {}", .0.join("\n  - "))]
     Preflight(Vec<String>),
     #[error("PVE_BACKEND=api without its settings")]
@@ -91,14 +91,14 @@ async fn preflight(config: &Config) -> Result<(), StartError> {
         .map_err(StartError::Preflight)
 }
 
-fn api_backend(config: &Config) -> Result<crate::pve::api::backend::ApiBackend, StartError> {
+fn api_backend(config: &Config) -> Result<pvedeck_proxmox::api::backend::ApiBackend, StartError> {
     let settings = config.pve_api.as_ref().ok_or(StartError::NoApiSettings)?;
-    let client = crate::pve::api::client::ApiClient::new(settings)?;
-    Ok(crate::pve::api::backend::ApiBackend::new(
+    let client = pvedeck_proxmox::api::client::ApiClient::new(settings)?;
+    Ok(pvedeck_proxmox::api::backend::ApiBackend::new(
         client,
         config.import_storage.clone(),
         config.image_fetch,
-        crate::pve::cli::CliBackend::new(config),
+        pvedeck_proxmox::cli::CliBackend::new(config),
     ))
 }
 
@@ -125,14 +125,14 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             (sim.clone(), Arc::new(internet), clock, Some(sim))
         }
         BackendKind::Cli => (
-            Arc::new(crate::pve::cli::CliBackend::new(&config)),
+            Arc::new(pvedeck_proxmox::cli::CliBackend::new(&config)),
             Arc::new(web),
             Clock::real(),
             None,
         ),
         BackendKind::Api => {
             let settings = config.pve_api.as_ref().ok_or(StartError::NoApiSettings)?;
-            if matches!(settings.trust, crate::pve::api::pin::Trust::Insecure) {
+            if matches!(settings.trust, pvedeck_config::pve_api::Trust::Insecure) {
                 tracing::warn!(
                     "PVE_API_INSECURE=1: the Proxmox API's certificate is not checked; whoever \
                      answers at {} gets the API token. Set PVE_API_FINGERPRINT instead.",

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use app::backend::{Backend, Caller, SessionCookie};
-use app::request::{Body, InstallBody, SetNode, TemplateBody};
-use app::types::{
+use app::error::UiError;
+use pvedeck_domain::request::{Body, InstallBody, SetNode, TemplateBody};
+use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, OVERVIEW_PAGE, Overview, Resize,
-    TemplatesPage, Timeframe, UiError, VmAction, VmDetail, VmList,
+    TemplatesPage, Timeframe, VmAction, VmDetail, VmList,
 };
 
 use crate::api::status_of;
@@ -157,7 +158,7 @@ impl Backend for UiBackend {
 
     async fn templates(&self) -> Result<TemplatesPage, UiError> {
         Ok(TemplatesPage {
-            now: crate::clock::now_ms(),
+            now: pvedeck_support::clock::now_ms(),
             templates: self.0.templates().await.map_err(ui)?,
         })
     }

@@ -1,4 +1,4 @@
-//! `PVE_BACKEND=api` against the simulator's REST API face (`pvedeck sim
+//! `PVE_BACKEND=api` against the simulator's REST API face (`pvedeck-sim
 //! api`, its own process over HTTPS with a self-signed certificate and a
 //! token): an install end to end with no `qm`/`pvesh`/`pvesm` run, no
 //! `ssh root@<node>` and no secret written anywhere; the node's own image

@@ -7,7 +7,6 @@ use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const CLI: &str = env!("CARGO_BIN_EXE_pvedeck-cli");
 const INSTALL: [&str; 6] = ["vm", "install", "--os", "debian", "--version", "12"];
 
 struct Run {
@@ -17,7 +16,7 @@ struct Run {
 }
 
 async fn cli(url: &str, env: &[(&str, &str)], args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(CLI)
+    let out = tokio::process::Command::new(common::client_binary())
         .arg("--url")
         .arg(url)
         .args(args)
@@ -204,7 +203,7 @@ async fn the_token_comes_from_the_environment_and_is_never_printed() {
 async fn ctrl_c_leaves_the_job_running_and_says_how_to_follow_it() {
     // Slow enough that the install is still running when Ctrl-C comes.
     let s = common::server(&[("SIM_SPEED", "20")]).await;
-    let mut child = tokio::process::Command::new(CLI)
+    let mut child = tokio::process::Command::new(common::client_binary())
         .args(["--url", &s.url])
         .args(INSTALL)
         .env_remove("PVEDECK_TOKEN")

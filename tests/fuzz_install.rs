@@ -3,7 +3,7 @@
 //! cluster's command log proves it, on both lanes.
 //!
 //! Every body is one the server must refuse, so that the log can tell: a
-//! body the request check refuses (decided here with the same `app::request`
+//! body the request check refuses (decided here with the same `pvedeck_domain::request`
 //! code) must run nothing at all; a body that passes the check is given one
 //! thing the engine refuses — a VMID outside the addresses or the assignable
 //! range, a reserved one, one a VM has, a node the cluster lacks — and may
@@ -14,11 +14,11 @@ mod common;
 
 use std::time::Instant;
 
-use app::request::{Body, InstallBody};
-use app::rules::Limits;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
+use pvedeck_domain::request::{Body, InstallBody};
+use pvedeck_domain::rules::Limits;
 use serde_json::{Map, Value};
 
 const BODIES: usize = 10_000;

@@ -1,4 +1,4 @@
-//! The simulated cluster's REST face (`pvedeck sim api`), as a process on
+//! The simulated cluster's REST face (`pvedeck-sim api`), as a process on
 //! its own data directory, spoken to over HTTPS with the token it wrote to
 //! `DATA_DIR/sim/api.json`, trusting its certificate `DATA_DIR/sim/api/cert.pem`.
 
@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Killed, image_server, qcow2, temp_dir};
+use common::{Killed, image_server, qcow2, sim_binary, temp_dir};
 use serde_json::Value;
 
 struct SimApi {
@@ -19,13 +19,13 @@ struct SimApi {
     client: reqwest::Client,
 }
 
-/// Starts `pvedeck sim api` on a fresh data directory with `vars` and waits
+/// Starts `pvedeck-sim api` on a fresh data directory with `vars` and waits
 /// for the URL line on its stdout.
 fn start(vars: &[(&str, &str)]) -> SimApi {
     let data_dir = temp_dir("simapi");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"));
+    let mut command = std::process::Command::new(sim_binary());
     command
-        .args(["sim", "api"])
+        .arg("api")
         .current_dir(&data_dir)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -38,7 +38,7 @@ fn start(vars: &[(&str, &str)]) -> SimApi {
     for (k, v) in vars {
         command.env(k, v);
     }
-    let mut child = command.spawn().expect("start pvedeck sim api");
+    let mut child = command.spawn().expect("start pvedeck-sim api");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -49,7 +49,7 @@ fn start(vars: &[(&str, &str)]) -> SimApi {
     let process = Killed(child);
     let line = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("pvedeck sim api printed its URL");
+        .expect("pvedeck-sim api printed its URL");
     let about: Value = serde_json::from_str(
         &std::fs::read_to_string(data_dir.join("sim/api.json")).expect("api.json"),
     )
@@ -225,22 +225,21 @@ impl SimApi {
             .unwrap_or_default()
     }
 
-    /// `pvedeck sim <args>` on this cluster (faults, as the cli lane does).
+    /// `pvedeck-sim <args>` on this cluster (faults, as the cli lane does).
     fn sim(&self, args: &[&str]) {
         sim_command(&self.data_dir, args);
     }
 }
 
 fn sim_command(data_dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"))
-        .arg("sim")
+    let out = std::process::Command::new(sim_binary())
         .args(args)
         .env_clear()
         .env("DATA_DIR", data_dir)
         .env("GATEWAY", "127.0.0.1")
         .output()
-        .expect("pvedeck sim");
-    assert!(out.status.success(), "pvedeck sim {args:?}: {out:?}");
+        .expect("pvedeck-sim");
+    assert!(out.status.success(), "pvedeck-sim {args:?}: {out:?}");
 }
 
 #[tokio::test]

@@ -8,10 +8,11 @@
 use leptos::prelude::*;
 
 use crate::codec::Json;
-use crate::request::{InstallBody, SetNode, TemplateBody};
-use crate::types::{
+use crate::error::UiError;
+use pvedeck_domain::request::{InstallBody, SetNode, TemplateBody};
+use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
-    UiError, VmAction, VmDetail,
+    VmAction, VmDetail,
 };
 
 /// What the engine answered: the value, or its refusal.
@@ -29,7 +30,7 @@ mod server {
     use leptos::prelude::*;
 
     use crate::backend::{Caller, SharedBackend};
-    use crate::types::UiError;
+    use crate::error::UiError;
 
     pub fn backend() -> Result<SharedBackend, UiError> {
         use_context::<SharedBackend>().ok_or_else(|| UiError {

@@ -5,10 +5,11 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::request::{InstallBody, SetNode, TemplateBody};
-use crate::types::{
+use crate::error::UiError;
+use pvedeck_domain::request::{InstallBody, SetNode, TemplateBody};
+use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
-    UiError, VmAction, VmDetail,
+    VmAction, VmDetail,
 };
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session

@@ -3,8 +3,10 @@
 //! words. The browser only places these strings, so none of this code is
 //! in its bundle (see `components::chart`).
 
-use crate::format::num;
-use crate::types::{ChartView, LineView, NodeCharts, NodeHistory, NodeSpark, RrdRow, Spark};
+use pvedeck_domain::format::num;
+use pvedeck_domain::types::{
+    ChartView, LineView, NodeCharts, NodeHistory, NodeSpark, RrdRow, Spark,
+};
 
 use crate::components::chart::{H, SH, SW, W};
 
@@ -219,7 +221,7 @@ pub fn draw(history: &NodeHistory) -> NodeCharts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Timeframe;
+    use pvedeck_domain::types::Timeframe;
 
     #[test]
     fn a_path_breaks_at_gaps_and_scales_to_the_box() {

@@ -7,8 +7,8 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::pages::templates::Row;
-use crate::timeline::StageView;
-use crate::types::{Job, NodeSpark, NodeSummary, VmSummary};
+use pvedeck_domain::timeline::StageView;
+use pvedeck_domain::types::{Job, NodeSpark, NodeSummary, VmSummary};
 
 fn hash(value: impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();

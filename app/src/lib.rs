@@ -1,5 +1,6 @@
 //! The pvedeck web UI: one Leptos app, rendered on the server (`ssr`) and
-//! hydrated in the browser (`hydrate`).
+//! hydrated in the browser (`hydrate`). What it shows and sends is
+//! `pvedeck-domain`'s vocabulary, the same the server and the client use.
 // `AnyView` of a job panel nests deep enough in its async hydration types
 // to pass the default limit.
 #![recursion_limit = "256"]
@@ -11,18 +12,12 @@ pub mod backend;
 pub mod charts;
 mod codec;
 mod components;
-pub mod format;
+pub mod error;
 mod keys;
 #[cfg(feature = "hydrate")]
 mod live;
-pub mod os;
 mod pages;
 mod refresh;
-pub mod request;
-pub mod rules;
-pub mod secret;
-pub mod timeline;
-pub mod types;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};

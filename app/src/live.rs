@@ -3,7 +3,7 @@
 //! closed when the job ends (else the browser would reconnect) and when the
 //! component that opened it goes away.
 
-use crate::types::JobEvent;
+use pvedeck_domain::types::JobEvent;
 
 /// Closes the stream when dropped.
 pub struct Follow {
@@ -34,7 +34,7 @@ pub fn follow(
     use futures_util::StreamExt;
     use gloo_net::eventsource::futures::EventSource;
 
-    use crate::types::StepEvent;
+    use pvedeck_domain::types::StepEvent;
 
     enum Item {
         Message(u64, String),

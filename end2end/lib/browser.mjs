@@ -89,32 +89,32 @@ export function vmAddress(vmid) {
 // going away). A server of the sim backend has routes for it
 // (`/api/sim/…`); one of the api backend over the simulator's REST face has
 // none, and the tests run the simulator's command line on the cluster's data
-// directory instead: `PVEDECK_BIN sim …` with DATA_DIR=SIM_DATA_DIR.
-const PVEDECK_BIN = process.env.PVEDECK_BIN;
+// directory instead: `PVEDECK_SIM_BIN …` with DATA_DIR=SIM_DATA_DIR.
+const PVEDECK_SIM_BIN = process.env.PVEDECK_SIM_BIN;
 const SIM_DATA_DIR = process.env.SIM_DATA_DIR;
 
-/** `pvedeck sim <args>`; rejects with its output if it fails. Only DATA_DIR:
+/** `pvedeck-sim <args>`; rejects with its output if it fails. Only DATA_DIR:
  *  the REST face seeded the cluster already, nothing else is read. */
 async function simCommand(...args) {
-  await promisify(execFile)(PVEDECK_BIN, ['sim', ...args], { env: { DATA_DIR: SIM_DATA_DIR } });
+  await promisify(execFile)(PVEDECK_SIM_BIN, args, { env: { DATA_DIR: SIM_DATA_DIR } });
 }
 
 export const sim = {
   /** Injects a fault (see src/sim/faults.rs for its fields). */
   async fault(fault) {
-    if (PVEDECK_BIN) return simCommand('fault', JSON.stringify(fault));
+    if (PVEDECK_SIM_BIN) return simCommand('fault', JSON.stringify(fault));
     await postJson('/api/sim/faults', fault);
   },
 
   async clearFaults() {
-    if (PVEDECK_BIN) return simCommand('fault', 'clear');
+    if (PVEDECK_SIM_BIN) return simCommand('fault', 'clear');
     const res = await fetch(BASE_URL + '/api/sim/faults', { method: 'DELETE' });
     if (!res.ok) throw new Error(`DELETE faults: ${res.status}`);
   },
 
   /** Takes a node offline or brings it back (`state`: 'online', 'offline'). */
   async node(name, state) {
-    if (PVEDECK_BIN) return simCommand('node', name, state);
+    if (PVEDECK_SIM_BIN) return simCommand('node', name, state);
     await post(`/api/sim/node/${name}/${state}`);
   },
 };

@@ -1,5 +1,5 @@
 //! Request bodies, read at the edge: each route's wire type
-//! (`app::request`) is decoded from JSON and checked against the server's
+//! (`pvedeck_domain::request`) is decoded from JSON and checked against the server's
 //! limits; the handler gets the checked value. A refusal is a 400 naming
 //! the field, and nothing has run.
 
@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 
-use app::request::Body;
+use pvedeck_domain::request::Body;
 
 use super::ApiError;
 use crate::engine::EngineError;
@@ -62,7 +62,7 @@ fn without_position(e: &serde_json::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use app::request::{InstallBody, SetCpu};
+    use pvedeck_domain::request::{InstallBody, SetCpu};
 
     fn refused<T: DeserializeOwned>(body: &str) -> String {
         match decode::<T>(body.as_bytes()) {
@@ -96,12 +96,12 @@ mod tests {
 /// a message — never a panic, never a non-object taken for a body.
 #[cfg(test)]
 mod fuzz {
-    use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
     use axum::http::StatusCode;
     use proptest::prelude::*;
+    use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
 
     use super::*;
-    use crate::fuzz::{config, json_value, output};
+    use pvedeck_testkit::{config, json_value, output};
 
     const SEEDS: &[&str] = &[
         r#"{"os":"debian","version":"12","name":"web","id":106,"node":"pve2","cpu":4,"ram":4096,"disk":"32G","user":"debian","passwd":"pw","pubkey":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host","method":"clone"}"#,

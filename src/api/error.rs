@@ -4,8 +4,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::engine::EngineError;
-use crate::pve::PveError;
 use crate::store::StoreError;
+use pvedeck_proxmox::PveError;
 
 #[derive(Debug)]
 pub struct ApiError {

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 
-use app::types::{Job, JobDetail};
+use pvedeck_domain::types::{Job, JobDetail};
 
 use super::openapi::{Events, Refused};
 use super::{ApiError, sse};

@@ -102,7 +102,7 @@ pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next:
     }
     if api && has_body(headers) {
         let sent = text(header::CONTENT_TYPE).unwrap_or("");
-        if !crate::sites::is_json(sent) {
+        if !pvedeck_config::sites::is_json(sent) {
             let shown = if sent.is_empty() { "none" } else { sent };
             return ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

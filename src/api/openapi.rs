@@ -1,5 +1,5 @@
 //! `/api/openapi.json`, derived (utoipa) from the wire types of
-//! `app::request`, the answers of `app::types` and the handlers' own
+//! `pvedeck_domain::request`, the answers of `pvedeck_domain::types` and the handlers' own
 //! `#[utoipa::path]` descriptions, so it cannot drift from the code. The
 //! values that are configuration (`VM_MAX_*`) or tables (the releases,
 //! the defaults) are filled in from where the engine keeps them.
@@ -10,12 +10,12 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use app::os::RELEASES;
-use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
-use app::rules::{
+use pvedeck_domain::os::RELEASES;
+use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
+use pvedeck_domain::rules::{
     DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB, VMID_ADDRESSES,
 };
-use app::types::{Job, JobDetail, StepEvent, TemplateInfo, VmList};
+use pvedeck_domain::types::{Job, JobDetail, StepEvent, TemplateInfo, VmList};
 
 use super::ApiError;
 use crate::server::AppState;

@@ -5,8 +5,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::ApiError;
-use crate::scripts;
 use crate::server::AppState;
+use pvedeck_domain::scripts;
 
 /// The OS init scripts VMs fetch during SSH initialization.
 #[utoipa::path(

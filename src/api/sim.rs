@@ -9,8 +9,8 @@ use axum::extract::{Path, State};
 
 use super::ApiError;
 use crate::server::AppState;
-use crate::sim::SimCluster;
-use crate::sim::faults::Fault;
+use pvedeck_sim::SimCluster;
+use pvedeck_sim::faults::Fault;
 
 fn sim(state: &AppState) -> Result<&Arc<SimCluster>, ApiError> {
     state

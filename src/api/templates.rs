@@ -5,8 +5,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
 
-use app::request::TemplateBody;
-use app::types::TemplateInfo;
+use pvedeck_domain::request::TemplateBody;
+use pvedeck_domain::types::TemplateInfo;
 
 use super::body::Checked;
 use super::openapi::{Done, Events, Refused};

@@ -7,8 +7,8 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, header};
 use axum::response::{IntoResponse, Response};
 
-use app::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
-use app::types::{ListFilter, VmList};
+use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
+use pvedeck_domain::types::{ListFilter, VmList};
 
 use super::body::Checked;
 use super::openapi::{Done, Events, Refused};

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Engine, EngineError};
-use crate::net::AllowList;
+use pvedeck_config::allow::AllowList;
 
 /// Compares the SHA-256 digests of both in constant time: the digests have
 /// one length, so neither a token's length nor where it first differs

@@ -10,12 +10,12 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use app::rules::VMID_ADDRESSES;
+use pvedeck_domain::rules::VMID_ADDRESSES;
 
 use super::EngineError;
 use super::report::one_line;
-use crate::config::Config;
-use crate::pve::{PveError, Timed};
+use pvedeck_config::Config;
+use pvedeck_proxmox::{PveError, Timed};
 
 /// Why no id could be found.
 #[derive(Debug, thiserror::Error)]

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::os::Release;
-use app::request::InstallRequest;
-use app::types::JobState;
+use pvedeck_domain::os::Release;
+use pvedeck_domain::request::InstallRequest;
+use pvedeck_domain::types::JobState;
 
 use super::allocator::Reservation;
 use super::install::{Cleanup, Failure, Summary, failed, finalizing};
@@ -21,7 +21,7 @@ use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
 use crate::jobs::{JobHandle, Update};
-use crate::pve::{CloneMode, PowerAction, QmOptions, qm_options};
+use pvedeck_proxmox::{CloneMode, PowerAction, QmOptions, qm_options};
 
 /// The longest pause between two knocks on the guest agent: each is a
 /// `qm` start-up on the node.
@@ -339,7 +339,10 @@ impl Engine {
 
     /// The release's template, ready, from the cluster snapshot (which
     /// pvedeck's own changes, a template just built, refresh).
-    async fn ready_template(&self, name: &str) -> Result<Option<Template>, crate::pve::PveError> {
+    async fn ready_template(
+        &self,
+        name: &str,
+    ) -> Result<Option<Template>, pvedeck_proxmox::PveError> {
         let view = self.cluster.read().await?;
         Ok(self
             .ready_templates(&view.snapshot.vms)

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::pve::{NodeResource, PveError, Timed};
+use pvedeck_proxmox::{NodeResource, PveError, Timed};
 
 const V2: [&str; 6] = ["cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"];
 const AES: [&str; 2] = ["aes", "pclmulqdq"];

@@ -1,8 +1,8 @@
 //! What the UI shows beyond `/api/vm/list`: the create form's catalog and
 //! one VM's page.
 
-use app::os::Os;
-use app::types::{Catalog, ListFilter, OsInfo, VmDetail};
+use pvedeck_domain::os::Os;
+use pvedeck_domain::types::{Catalog, ListFilter, OsInfo, VmDetail};
 
 use super::{Engine, EngineError};
 

@@ -4,8 +4,8 @@
 
 use super::Engine;
 use super::report::{Step, one_line};
-use crate::pve::PveError;
-use crate::pve::drive::drive_size;
+use pvedeck_proxmox::PveError;
+use pvedeck_proxmox::drive::drive_size;
 
 /// Tries of `qm resize`, and the pause between them.
 const RESIZE_TRIES: u32 = 3;

@@ -9,8 +9,8 @@ use sha2::Digest;
 use std::net::Ipv4Addr;
 
 use super::Engine;
-use crate::clock::now_ms;
-use crate::pve::{PveError, known_hosts};
+use pvedeck_proxmox::{PveError, known_hosts};
+use pvedeck_support::clock::now_ms;
 
 /// What makes a guest itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +213,7 @@ mod fuzz {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::fuzz::{config, output};
+    use pvedeck_testkit::{config, output};
 
     const SEEDS: &[&str] = &[
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl root@web1\n",

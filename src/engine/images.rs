@@ -18,16 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::os::{Os, Release};
+use pvedeck_domain::os::{Os, Release};
 use tempfile::NamedTempFile;
 use tokio::sync::OwnedMutexGuard;
 
 use super::Engine;
 use super::install::{Cleanup, Failure};
 use super::report::{Out, Step, one_line};
-use crate::mirror::checksums::{self, Algo, ListError};
-use crate::mirror::{ImageError, Mirror};
-use crate::pve::{DiskImage, NodeFetch};
+use pvedeck_mirror::checksums::{self, Algo, ListError};
+use pvedeck_mirror::{ImageError, Mirror};
+use pvedeck_proxmox::{DiskImage, NodeFetch};
 
 /// Where an image comes from and where it goes.
 #[derive(Debug, Clone)]
@@ -675,7 +675,7 @@ impl Engine {
 mod tests {
     use super::*;
 
-    use app::os::find;
+    use pvedeck_domain::os::find;
     use tokio::io::AsyncWriteExt;
 
     #[test]
@@ -716,7 +716,7 @@ mod tests {
             _: &str,
             file: &mut tokio::fs::File,
             path: &Path,
-            _: crate::mirror::Progress<'_>,
+            _: pvedeck_mirror::Progress<'_>,
         ) -> Result<(), ImageError> {
             let write_error = |source| ImageError::Write {
                 path: path.to_path_buf(),

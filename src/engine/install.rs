@@ -8,10 +8,10 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use app::os::Os;
-use app::request::{InstallMethod, InstallRequest};
-use app::rules::Clamp;
-use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_domain::os::Os;
+use pvedeck_domain::request::{InstallMethod, InstallRequest};
+use pvedeck_domain::rules::Clamp;
+use pvedeck_domain::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
 use super::allocator::{LateProbe, Reservation};
 use super::readiness::Boot;
@@ -19,9 +19,9 @@ use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::stopping::stake;
 use super::{Engine, EngineError, memory, scope, storage};
-use crate::config::{RootPassword, Secret};
 use crate::jobs::JobHandle;
-use crate::pve::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
+use pvedeck_config::{RootPassword, Secret};
+use pvedeck_proxmox::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
 /// What to do about the VM when a step fails (SPEC §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -714,17 +714,18 @@ impl Engine {
         &self,
         step: &Step<'_>,
         target: &GuestTarget,
-        release: &app::os::Release,
+        release: &pvedeck_domain::os::Release,
         root_password: Option<Secret>,
     ) -> Result<(), Failure> {
         let name = release.script_name();
-        let body = crate::scripts::script(&name, self.config.init_scripts).ok_or_else(|| {
-            Failure::new(
-                step,
-                format!("[-] failed to perform SSH initialization: no script {name}"),
-                Cleanup::Destroy,
-            )
-        })?;
+        let body =
+            pvedeck_domain::scripts::script(&name, self.config.init_scripts).ok_or_else(|| {
+                Failure::new(
+                    step,
+                    format!("[-] failed to perform SSH initialization: no script {name}"),
+                    Cleanup::Destroy,
+                )
+            })?;
         // The clear text never leaves pvedeck: the script gets its hash.
         let hash = root_password
             .as_ref()
@@ -736,7 +737,7 @@ impl Engine {
                 Cleanup::Destroy,
             ))?;
         let command = GuestCommand::InitScript {
-            body: crate::scripts::with_root_hash(&body, hash.as_deref()),
+            body: pvedeck_domain::scripts::with_root_hash(&body, hash.as_deref()),
             name,
         };
         let relay = |line: &str| step.relay(line);

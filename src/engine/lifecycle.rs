@@ -4,18 +4,19 @@
 
 use std::sync::Arc;
 
-use app::os::Os;
-use app::request::{Cores, Growth, MemoryMb, NodeName};
-use app::types::{JobKind, JobState, VmOutcome};
+use pvedeck_domain::os::Os;
+use pvedeck_domain::request::{Cores, Growth, MemoryMb, NodeName};
+use pvedeck_domain::types::{JobKind, JobState, VmOutcome};
 
 use super::disk::DiskError;
 use super::install::Cleanup;
 use super::readiness::Boot;
 use super::report::{Step, one_line};
+use super::scope::Scope;
 use super::stopping::stake;
 use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestTarget, PowerAction, PveError, QmOptions};
+use pvedeck_proxmox::{GuestTarget, PowerAction, PveError, QmOptions};
 
 /// What a Proxmox refusal means for the client.
 fn refusal(vmid: u32, e: PveError) -> EngineError {
@@ -295,7 +296,7 @@ impl Engine {
         // The name goes into an `ssh` destination: only a user name will do.
         if let Some(user) = config
             .get("ciuser")
-            .filter(|u| !app::rules::is_linux_user(u))
+            .filter(|u| !pvedeck_domain::rules::is_linux_user(u))
         {
             return Err(EngineError::Pve(PveError::Parse {
                 command: format!("qm config {}", vm.vmid),

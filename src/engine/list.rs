@@ -3,14 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use app::types::{ListFilter, NodeSummary, VmList, VmSummary};
+use pvedeck_domain::types::{ListFilter, NodeSummary, VmList, VmSummary};
 
 use std::sync::Arc;
 
 use super::Allocator;
-use super::scope::Manage;
+use super::scope::Scope;
 use super::snapshot::Snapshot;
-use crate::pve::{NodeResource, VmResource};
+use pvedeck_config::Manage;
+use pvedeck_proxmox::{NodeResource, VmResource};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -197,7 +198,7 @@ mod tests {
     use super::*;
 
     fn config(vars: &[(&str, &str)]) -> Allocator {
-        Allocator::new(&crate::config::Config::from_vars(vars.iter().copied()).unwrap())
+        Allocator::new(&pvedeck_config::Config::from_vars(vars.iter().copied()).unwrap())
     }
 
     fn vm(vmid: u32, node: &str, status: &str, cores: u32, mem: u64, disk: u64) -> VmResource {

@@ -1,7 +1,7 @@
 //! Memory options of `qm create` and `qm set` with the balloon rules of
 //! SPEC §3.4.
 
-use crate::pve::QmOptions;
+use pvedeck_proxmox::QmOptions;
 
 /// `--balloon <n>` for a VM of `ram_mb` when `VM_BALLOON_MIN` is `min`:
 /// 64 GB and more → 49152; at least `min` + 1024 → `ram_mb` − `min`;

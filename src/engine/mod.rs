@@ -1,6 +1,6 @@
 //! The provisioning engine: every rule of SPEC §2–§5 lives here once, behind
 //! both faces (the `/api` handlers and the UI's server functions). It takes
-//! checked values (`app::request`), reaches Proxmox only through the timed
+//! checked values (`pvedeck_domain::request`), reaches Proxmox only through the timed
 //! port (`pve::Timed`), and does not know which backend is behind it.
 
 mod access;
@@ -30,16 +30,16 @@ mod templates;
 
 use std::sync::Arc;
 
-use app::types::{Job, JobDetail, ListFilter, NodeHistory, Timeframe};
+use pvedeck_domain::types::{Job, JobDetail, ListFilter, NodeHistory, Timeframe};
 
-use crate::clock::Clock;
-use crate::config::{Config, Limits};
 use crate::jobs::Jobs;
-use crate::mirror::Mirror;
-use crate::pve::{Pve, Timed, VmResource};
 pub use allocator::Allocator;
 pub use error::EngineError;
 use images::Images;
+use pvedeck_config::{Config, Limits};
+use pvedeck_mirror::Mirror;
+use pvedeck_proxmox::{Pve, Timed, VmResource};
+use pvedeck_support::clock::Clock;
 pub use report::one_line;
 
 pub struct Engine {
@@ -109,6 +109,7 @@ impl Engine {
         Engine {
             cluster: snapshot::Cluster::start(
                 proxmox.clone(),
+                parts.jobs.metrics().clone(),
                 history.clone(),
                 config.main_node.clone(),
                 config.snapshot_interval,

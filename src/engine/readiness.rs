@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::Engine;
 use super::report::Step;
-use crate::pve::GuestTarget;
+use pvedeck_proxmox::GuestTarget;
 
 /// How often the port is knocked on.
 const PROBE_EVERY: Duration = Duration::from_millis(200);

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use app::types::{StepEvent, StepStatus};
+use pvedeck_domain::types::{StepEvent, StepStatus};
 
 use crate::jobs::{Admit, JobHandle};
 
@@ -264,7 +264,7 @@ mod tests {
         assert!(cut.len() <= MAX_LINE + 30);
     }
     use crate::jobs::Jobs;
-    use app::types::JobKind;
+    use pvedeck_domain::types::JobKind;
 
     /// A job in a database of its own; the directory lives as long as the test.
     fn install_job() -> (tempfile::TempDir, std::sync::Arc<Jobs>, JobHandle) {
@@ -338,7 +338,7 @@ mod fuzz {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::fuzz::config;
+    use pvedeck_testkit::config;
 
     proptest! {
         #![proptest_config(config(1000))]

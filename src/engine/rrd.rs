@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use app::types::{NodeHistory, Timeframe};
+use pvedeck_domain::types::{NodeHistory, Timeframe};
 
-use crate::pve::{PveError, Timed};
+use pvedeck_proxmox::{PveError, Timed};
 
 /// How long a read timeframe is kept.
 fn ttl(timeframe: Timeframe) -> Duration {

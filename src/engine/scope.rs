@@ -3,47 +3,27 @@
 //! router, a NAS, a domain controller) is one request away otherwise. The
 //! list still shows the others, marked.
 
-use app::os::Os;
+use pvedeck_config::Manage;
+use pvedeck_domain::os::Os;
+use pvedeck_proxmox::VmResource;
 
 use super::EngineError;
-use crate::pve::VmResource;
 
 /// The tag every VM pvedeck makes carries, beside its OS tag.
 pub const TAG: &str = "pvedeck";
 
-/// `MANAGE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Manage {
-    /// VMs tagged `pvedeck` (the default).
-    #[default]
-    Pvedeck,
-    /// Those, and the VMs go-pve-qemu made: their first tag is an OS it
-    /// installs (`debian`, `ubuntu`, `rockylinux`).
-    PvedeckAndSeed,
-    /// Every QEMU VM, as go-pve-qemu acted.
-    All,
+/// How a [`Manage`] setting judges a VM: the setting is read by the
+/// configuration, its meaning lives here with the engine.
+pub trait Scope: Copy {
+    /// Whether pvedeck acts on `vm`.
+    fn covers(self, vm: &VmResource) -> bool;
+
+    /// 403 for an action on a VM outside the scope, naming the rule.
+    fn check(self, vm: &VmResource) -> Result<(), EngineError>;
 }
 
-impl Manage {
-    pub fn parse(raw: &str) -> Option<Manage> {
-        match raw {
-            "pvedeck" => Some(Manage::Pvedeck),
-            "pvedeck+seed" => Some(Manage::PvedeckAndSeed),
-            "all" => Some(Manage::All),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Manage::Pvedeck => "pvedeck",
-            Manage::PvedeckAndSeed => "pvedeck+seed",
-            Manage::All => "all",
-        }
-    }
-
-    /// Whether pvedeck acts on `vm`.
-    pub fn covers(self, vm: &VmResource) -> bool {
+impl Scope for Manage {
+    fn covers(self, vm: &VmResource) -> bool {
         match self {
             Manage::All => true,
             _ if vm.has_tag(TAG) => true,
@@ -52,8 +32,7 @@ impl Manage {
         }
     }
 
-    /// 403 for an action on a VM outside the scope, naming the rule.
-    pub fn check(self, vm: &VmResource) -> Result<(), EngineError> {
+    fn check(self, vm: &VmResource) -> Result<(), EngineError> {
         if self.covers(vm) {
             return Ok(());
         }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::pve::{NodeResource, PveError, StorageStatus, Timed, VmResource};
+use pvedeck_proxmox::{NodeResource, PveError, StorageStatus, Timed, VmResource};
+
+use crate::metrics::Metrics;
 
 /// What one refresh read.
 #[derive(Debug)]
@@ -59,6 +61,8 @@ struct State {
 
 pub struct Cluster {
     proxmox: Arc<Timed>,
+    /// Counts the refreshes (`/metrics`).
+    metrics: Arc<Metrics>,
     /// The nodes' history, whose hour the refresher keeps current.
     history: Arc<super::rrd::History>,
     main_node: String,
@@ -88,6 +92,7 @@ impl Cluster {
     /// A cluster view with its refresher running (on the current runtime).
     pub fn start(
         proxmox: Arc<Timed>,
+        metrics: Arc<Metrics>,
         history: Arc<super::rrd::History>,
         main_node: String,
         interval: Duration,
@@ -95,6 +100,7 @@ impl Cluster {
     ) -> Arc<Cluster> {
         let cluster = Arc::new(Cluster {
             proxmox,
+            metrics,
             history,
             main_node,
             interval,
@@ -251,7 +257,7 @@ impl Cluster {
                 lists: Default::default(),
             })
         });
-        self.proxmox.metrics().refreshed(outcome.is_ok());
+        self.metrics.refreshed(outcome.is_ok());
         let mut state = self.state();
         match &outcome {
             Ok(snapshot) => {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use app::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_domain::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 use tokio::sync::watch;
 
 use super::install::Cleanup;
@@ -150,9 +150,9 @@ impl Engine {
         let job = Arc::new(job);
         let running = Counted::new(&self.stopping, &job);
         let recording = job.clone();
-        let recorder: crate::pve::owner::Recorder =
+        let recorder: pvedeck_proxmox::owner::Recorder =
             Arc::new(move |upid: Option<&str>| recording.record_task(upid));
-        let work = crate::pve::owner::within(recorder, work(job.clone()));
+        let work = pvedeck_proxmox::owner::within(recorder, work(job.clone()));
         let mut over = self.stopping.over.subscribe();
         let engine = self.clone();
         tokio::spawn(async move {

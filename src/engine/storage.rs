@@ -3,7 +3,7 @@
 //! images), active, and of a type that holds VM disks.
 
 use super::report::one_line;
-use crate::pve::{PveError, StorageStatus};
+use pvedeck_proxmox::{PveError, StorageStatus};
 
 /// Storage types a VM disk can be imported to.
 const STORAGE_TYPES: [&str; 4] = ["dir", "zfspool", "lvmthin", "nfs"];

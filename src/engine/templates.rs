@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use app::os::Release;
-use app::types::{JobKind, JobState, TemplateInfo};
+use pvedeck_domain::os::Release;
+use pvedeck_domain::types::{JobKind, JobState, TemplateInfo};
 
 use super::allocator::Reservation;
 use super::install::{Cleanup, Failure, failed};
@@ -20,8 +20,8 @@ use super::report::{Out, Step};
 use super::stopping::stake;
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
-use crate::pve::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
 use crate::store::TemplateBuilt;
+use pvedeck_proxmox::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
 
 /// The tag that marks a template pvedeck built (beside the os tag).
 pub const TAG: &str = "pvedeck-template";
@@ -43,7 +43,9 @@ fn info(
     job: Option<u64>,
     record: Option<&TemplateBuilt>,
 ) -> TemplateInfo {
-    let release = app::os::RELEASES.iter().find(|r| r.template_name() == name);
+    let release = pvedeck_domain::os::RELEASES
+        .iter()
+        .find(|r| r.template_name() == name);
     TemplateInfo {
         vmid,
         name: name.to_string(),
@@ -162,7 +164,7 @@ impl Engine {
                 "template {name} (VM {vmid}) is retired: build its release instead"
             )));
         }
-        let release = app::os::RELEASES
+        let release = pvedeck_domain::os::RELEASES
             .iter()
             .find(|r| r.template_name() == name)
             .copied()
@@ -258,7 +260,7 @@ impl Engine {
                 let record = TemplateBuilt {
                     vmid,
                     image,
-                    built: crate::clock::now_ms(),
+                    built: pvedeck_support::clock::now_ms(),
                     job: job.id(),
                 };
                 if let Err(e) = self.jobs.record_template(&record) {
@@ -470,7 +472,7 @@ impl Engine {
                 vmid,
                 &before.machine_id,
                 &before.host_key,
-                crate::clock::now_ms(),
+                pvedeck_support::clock::now_ms(),
             )
             .map_err(failed(
                 &step,
@@ -546,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_template_lists_its_release_and_a_name_of_none_lists_none() {
-        let release = app::os::RELEASES[0];
+        let release = pvedeck_domain::os::RELEASES[0];
         let name = release.template_name();
         let record = TemplateBuilt {
             vmid: 9001,

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, mpsc};
 
-use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 
-use crate::clock::now_ms;
 use crate::metrics::Metrics;
 pub use crate::store::{OnStop, Stake};
 use crate::store::{Store, StoreError, TemplateBuilt};
+pub use pvedeck_config::JobLimits;
+use pvedeck_support::clock::now_ms;
 
 /// What a follower receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,19 +74,6 @@ impl Drop for Following {
     }
 }
 
-/// What one job may keep, and how long jobs are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobLimits {
-    /// `JOB_MAX_EVENTS`: relayed command output lines kept per job (each a
-    /// row and a broadcast); past it, one line says the rest was dropped.
-    pub max_relayed: u64,
-    /// `JOBS_KEEP_DAYS`: ended jobs older than this go at start-up.
-    pub keep_days: u32,
-    /// `MAX_FOLLOWERS_PER_JOB`, `MAX_FOLLOWERS`: streams open at once.
-    pub max_followers_per_job: usize,
-    pub max_followers: usize,
-}
-
 /// Why a job cannot be followed.
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
@@ -94,17 +82,6 @@ pub enum FollowError {
     /// Too many streams already (503).
     #[error("{0}")]
     Busy(String),
-}
-
-impl Default for JobLimits {
-    fn default() -> Self {
-        JobLimits {
-            max_relayed: 5000,
-            keep_days: 90,
-            max_followers_per_job: 2000,
-            max_followers: 10_000,
-        }
-    }
 }
 
 /// A write for the writer thread.

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use app::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
+use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -370,7 +370,7 @@ impl Store {
                 at: row.get(1)?,
                 event: StepEvent {
                     step: row.get(2)?,
-                    status: from_word(&status).unwrap_or(app::types::StepStatus::Error),
+                    status: from_word(&status).unwrap_or(pvedeck_domain::types::StepStatus::Error),
                     message: row.get(4)?,
                     vm_id: row.get(5)?,
                     ip: row.get(6)?,
@@ -441,7 +441,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use app::types::StepStatus;
+    use pvedeck_domain::types::StepStatus;
 
     fn temp_db(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("pvedeck-store-{name}-{}", std::process::id()));

@@ -9,8 +9,8 @@ pub mod mirror;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pvedeck::config::Config;
 use pvedeck::server::{Running, spawn};
+use pvedeck_config::Config;
 
 /// A fresh directory under the system's temp dir.
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -22,6 +22,31 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The `pvedeck-sim` binary: the simulated cluster's stand-ins, REST face
+/// and mirror.
+pub fn sim_binary() -> PathBuf {
+    sibling_binary("pvedeck-sim")
+}
+
+/// The `pvedeck-cli` binary.
+pub fn client_binary() -> PathBuf {
+    sibling_binary("pvedeck-cli")
+}
+
+/// A binary of another package of the workspace, built into the same
+/// target directory as the server by the same `cargo test` (the
+/// workspace's default members, or `cargo xtask test`).
+fn sibling_binary(name: &str) -> PathBuf {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_pvedeck")).with_file_name(name);
+    assert!(
+        bin.exists(),
+        "{} is not built: run the tests with `cargo test` from the workspace root \
+         (its default members include pvedeck-sim) or `cargo xtask test`",
+        bin.display()
+    );
+    bin
+}
+
 /// Which backend the suite runs against (`PVEDECK_TEST_BACKEND`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
@@ -31,7 +56,7 @@ pub enum Lane {
     /// command-line stand-ins (`qm`, `pvesh`, `pvesm`, `ssh`) from `PATH`.
     Cli,
     /// The `api` backend: a server process talking to the simulator's REST
-    /// face (`pvedeck sim api`) over HTTPS; only the guests' `ssh` is a
+    /// face (`pvedeck-sim api`) over HTTPS; only the guests' `ssh` is a
     /// stand-in.
     Api,
 }
@@ -200,7 +225,7 @@ pub fn stand_ins(real_ssh: bool) -> PathBuf {
 fn links(tools: &[&str]) -> PathBuf {
     let dir = temp_dir("bin");
     for tool in tools {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pvedeck"), dir.join(tool)).expect("link");
+        std::os::unix::fs::symlink(sim_binary(), dir.join(tool)).expect("link");
     }
     dir
 }
@@ -484,17 +509,16 @@ pub async fn commands(server: &Server) -> Vec<String> {
     serde_json::from_value(json(&format!("{}/api/sim/commands", server.url)).await).expect("list")
 }
 
-/// Runs `pvedeck sim <args>` on a cli server's simulated cluster.
+/// Runs `pvedeck-sim <args>` on a cli server's simulated cluster.
 fn sim_command(server: &Server, args: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"))
-        .arg("sim")
+    let out = std::process::Command::new(sim_binary())
         .args(args)
         .env_clear()
         .env("DATA_DIR", &server.data_dir)
         .env("GATEWAY", "127.0.0.1")
         .output()
-        .expect("pvedeck sim");
-    assert!(out.status.success(), "pvedeck sim {args:?}: {out:?}");
+        .expect("pvedeck-sim");
+    assert!(out.status.success(), "pvedeck-sim {args:?}: {out:?}");
 }
 
 pub async fn fault(server: &Server, fault: &str) {
@@ -548,19 +572,33 @@ pub fn checksum_list(list: &str, image: &[u8]) -> Option<String> {
             .collect::<String>()
     };
     let (os, sum) = match list {
-        "SHA512SUMS" => (app::os::Os::Debian, hex(&sha2::Sha512::digest(image))),
-        "SHA256SUMS" => (app::os::Os::Ubuntu, hex(&sha2::Sha256::digest(image))),
-        "CHECKSUM" => (app::os::Os::Rockylinux, hex(&sha2::Sha256::digest(image))),
+        "SHA512SUMS" => (
+            pvedeck_domain::os::Os::Debian,
+            hex(&sha2::Sha512::digest(image)),
+        ),
+        "SHA256SUMS" => (
+            pvedeck_domain::os::Os::Ubuntu,
+            hex(&sha2::Sha256::digest(image)),
+        ),
+        "CHECKSUM" => (
+            pvedeck_domain::os::Os::Rockylinux,
+            hex(&sha2::Sha256::digest(image)),
+        ),
         _ => return None,
     };
-    let lines = app::os::RELEASES.iter().filter(|r| r.os == os).map(|r| {
-        let file = r.file_name();
-        match os {
-            app::os::Os::Debian => format!("{sum}  {file}\n"),
-            app::os::Os::Ubuntu => format!("{sum} *{file}\n"),
-            app::os::Os::Rockylinux => format!("# {file}: 4096 bytes\nSHA256 ({file}) = {sum}\n"),
-        }
-    });
+    let lines = pvedeck_domain::os::RELEASES
+        .iter()
+        .filter(|r| r.os == os)
+        .map(|r| {
+            let file = r.file_name();
+            match os {
+                pvedeck_domain::os::Os::Debian => format!("{sum}  {file}\n"),
+                pvedeck_domain::os::Os::Ubuntu => format!("{sum} *{file}\n"),
+                pvedeck_domain::os::Os::Rockylinux => {
+                    format!("# {file}: 4096 bytes\nSHA256 ({file}) = {sum}\n")
+                }
+            }
+        });
     Some(lines.collect())
 }
 
@@ -601,7 +639,7 @@ pub async fn vm(url: &str, vmid: u64) -> Option<serde_json::Value> {
         .cloned()
 }
 
-/// The simulator's REST API face (`pvedeck sim api`) on `data_dir`'s
+/// The simulator's REST API face (`pvedeck-sim api`) on `data_dir`'s
 /// cluster, and what a `PVE_BACKEND=api` server needs to reach it: its
 /// address, token and certificate fingerprint (from `sim/api.json`).
 pub struct SimApi {
@@ -630,9 +668,9 @@ pub fn start_sim_api(data_dir: &std::path::Path, env: &[(String, String)]) -> Si
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(data_dir.join("sim-api.log")).expect("sim-api.log");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"));
+    let mut command = std::process::Command::new(sim_binary());
     command
-        .args(["sim", "api"])
+        .arg("api")
         .current_dir(data_dir)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -651,7 +689,7 @@ pub fn start_sim_api(data_dir: &std::path::Path, env: &[(String, String)]) -> Si
             }
         });
     }
-    let mut child = command.spawn().expect("start pvedeck sim api");
+    let mut child = command.spawn().expect("start pvedeck-sim api");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     // It prints its address once it listens (after writing api.json).
@@ -663,7 +701,7 @@ pub fn start_sim_api(data_dir: &std::path::Path, env: &[(String, String)]) -> Si
     let process = Killed(child);
     assert!(
         listening,
-        "pvedeck sim api did not start: {}",
+        "pvedeck-sim api did not start: {}",
         std::fs::read_to_string(data_dir.join("sim-api.log")).unwrap_or_default()
     );
     let about: serde_json::Value = serde_json::from_slice(

@@ -102,7 +102,7 @@ fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
     for tool in ["qm", "pvesh", "pvesm", "ssh"] {
         let link = bin.join(tool);
         if !link.exists() {
-            std::os::unix::fs::symlink(root.join("target/release/pvedeck"), &link)
+            std::os::unix::fs::symlink(root.join(crate::e2e::SIM), &link)
                 .map_err(io("stand-in link"))?;
         }
     }
@@ -304,7 +304,7 @@ enum Face {
 /// Each answer of the simulated REST API: what a busy Proxmox takes.
 const API_MS: &str = "50";
 
-/// `pvedeck sim api` on `dir`'s cluster, each answer `API_MS` late; the
+/// `pvedeck-sim api` on `dir`'s cluster, each answer `API_MS` late; the
 /// api backend's settings to reach it.
 fn sim_api(root: &Path, dir: &Path) -> Result<(Server, Vec<(String, String)>), Failed> {
     std::fs::create_dir_all(dir.join("data")).map_err(io("bench dir"))?;
@@ -402,12 +402,12 @@ fn step_times(events: &[(String, String)]) -> String {
 /// Proxmox's tasks), in seconds, as the simulator computes it.
 fn world(root: &Path, dir: &Path) -> Result<f64, Failed> {
     let ms: u64 = output(
-        Command::new(root.join("target/release/pvedeck"))
-            .args(["sim", "world"])
+        Command::new(root.join(crate::e2e::SIM))
+            .arg("world")
             .env("DATA_DIR", dir.join("data")),
     )
     .and_then(|o| o.trim().parse().ok())
-    .ok_or_else(|| Failed("pvedeck sim world".into()))?;
+    .ok_or_else(|| Failed("pvedeck-sim world".into()))?;
     Ok(ms as f64 / 1000.0)
 }
 

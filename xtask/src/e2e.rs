@@ -85,7 +85,7 @@ pub fn closed_port() -> Result<u16, Failed> {
 /// Environment variables a server is started with.
 pub type Settings = Vec<(&'static str, String)>;
 
-/// Starts `pvedeck sim api` on `out/data`'s cluster with `env`; the
+/// Starts `pvedeck-sim api` on `out/data`'s cluster with `env`; the
 /// settings a `PVE_BACKEND=api` server needs to reach it (from
 /// `sim/api.json`).
 pub fn start_sim_api(
@@ -93,8 +93,8 @@ pub fn start_sim_api(
     out: &Path,
     env: &[(&str, &str)],
 ) -> Result<(Server, Settings), Failed> {
-    let mut command = pvedeck(root, out);
-    command.args(["sim", "api"]).envs(env.iter().copied());
+    let mut command = binary(root, SIM, out);
+    command.arg("api").envs(env.iter().copied());
     let (server, _) = start(command, out, "sim-api.log", "https://")?;
     let about = out.join("data/sim/api.json");
     let shown = about.display().to_string();
@@ -127,7 +127,7 @@ pub fn start_server(
     out: &Path,
     env: &[(&str, &str)],
 ) -> Result<(Server, String), Failed> {
-    let mut command = pvedeck(root, out);
+    let mut command = binary(root, SERVER, out);
     command
         .env("PORT", "0")
         .env("BIND_ADDR", "127.0.0.1")
@@ -136,10 +136,17 @@ pub fn start_server(
     start(command, out, "server.log", "http://")
 }
 
-/// `target/release/pvedeck` in an empty environment but for `PATH`, with
-/// `HOME` and working directory `out` and its data in `out/data`.
-fn pvedeck(root: &Path, out: &Path) -> Command {
-    let mut command = Command::new(root.join("target/release/pvedeck"));
+/// The server binary, as `cargo xtask` builds it.
+pub const SERVER: &str = "target/release/pvedeck";
+/// The simulator's faces: `qm`/`pvesh`/`pvesm`/`ssh` stand-ins (links of
+/// those names), `pvedeck-sim api`, `pvedeck-sim mirror`.
+pub const SIM: &str = "target/release/pvedeck-sim";
+
+/// `bin` (one of [`SERVER`], [`SIM`]) in an empty environment but for
+/// `PATH`, with `HOME` and working directory `out` and its data in
+/// `out/data`.
+pub fn binary(root: &Path, bin: &str, out: &Path) -> Command {
+    let mut command = Command::new(root.join(bin));
     command
         .current_dir(out)
         .env_clear()
@@ -162,7 +169,7 @@ fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(io("target/release/pvedeck"))?;
+        .map_err(io(&format!("{command:?}")))?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(Failed("server output was not captured".to_string()));
     };

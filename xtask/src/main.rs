@@ -77,12 +77,35 @@ fn main() -> ExitCode {
     }
 }
 
-/// The server and the app it embeds, always built together and with the
-/// same options, so that the tests, the browser tests and `serve` share one
-/// build (a different package set would unify dependency features
-/// differently and build everything again). The xtask is checked on its own
-/// for the same reason: its dependencies must not change the server's.
-const SERVER: [&str; 4] = ["--package", "pvedeck", "--package", "app"];
+/// Every native package: the server and the app it embeds, the crates it
+/// is made of, the simulator (whose `pvedeck-sim` the tests and the
+/// browser lanes run) and the client. Always built together and with the
+/// same options, so that the tests, the browser tests and `serve` share
+/// one build (a different package set would unify dependency features
+/// differently and build everything again). The xtask is checked on its
+/// own for the same reason: its dependencies must not change the server's.
+const SERVER: [&str; 20] = [
+    "--package",
+    "pvedeck",
+    "--package",
+    "app",
+    "--package",
+    "pvedeck-domain",
+    "--package",
+    "pvedeck-support",
+    "--package",
+    "pvedeck-config",
+    "--package",
+    "pvedeck-mirror",
+    "--package",
+    "pvedeck-proxmox",
+    "--package",
+    "pvedeck-sim",
+    "--package",
+    "pvedeck-client",
+    "--package",
+    "pvedeck-testkit",
+];
 
 fn build_server(root: &Path) -> Result<(), Failed> {
     run::step("build the server (release)", || {
@@ -127,7 +150,7 @@ fn test(root: &Path) -> Result<(), Failed> {
             cargo(root, &args)
         })
     };
-    clippy(&SERVER, "server, app with ssr")?;
+    clippy(&SERVER, "server, its crates, app with ssr")?;
     clippy(&["--package", "xtask"], "xtask")?;
     run::step("clippy (browser: frontend, app with hydrate)", || {
         cargo(
@@ -158,11 +181,12 @@ fn test(root: &Path) -> Result<(), Failed> {
             },
         )
     };
-    tests(&SERVER, "server, app")?;
+    tests(&SERVER, "server, its crates, app")?;
     // The engine's suites once more, now through the cli backend: a pvedeck
-    // process running the simulator's qm/pvesh/pvesm/ssh stand-ins.
+    // process running the simulator's qm/pvesh/pvesm/ssh stand-ins
+    // (`pvedeck-sim`).
     // And through the api backend: a pvedeck process talking HTTPS to the
-    // simulator's REST face (`pvedeck sim api`), no qm/pvesh/pvesm at all.
+    // simulator's REST face (`pvedeck-sim api`), no qm/pvesh/pvesm at all.
     for backend in ["cli", "api"] {
         run::step(
             &format!("integration tests again with PVE_BACKEND={backend} (release)"),

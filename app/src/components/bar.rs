@@ -1,6 +1,6 @@
 use leptos::prelude::*;
 
-use crate::format::{num, width};
+use pvedeck_domain::format::{num, width};
 
 /// A capacity bar: how much is allocated to VMs and how much is in use, each
 /// also given as text (colour is never the only carrier).

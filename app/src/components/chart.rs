@@ -4,7 +4,7 @@
 
 use leptos::prelude::*;
 
-use crate::types::{ChartView, Spark};
+use pvedeck_domain::types::{ChartView, Spark};
 
 /// The large charts' view box (the paths are drawn to it).
 pub const W: i64 = 600;

@@ -2,8 +2,8 @@ use leptos::prelude::*;
 
 use crate::components::bar::Bar;
 use crate::components::chart::Sparkline;
-use crate::format::num;
-use crate::types::{NodeSpark, NodeSummary};
+use pvedeck_domain::format::num;
+use pvedeck_domain::types::{NodeSpark, NodeSummary};
 
 fn share(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {

@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 
 use crate::api::act_on_vm;
-use crate::types::{VmAction, VmSummary};
+use pvedeck_domain::types::{VmAction, VmSummary};
 
 /// What an action left to say: a job to follow, or a refusal.
 #[derive(Debug, Clone, PartialEq)]

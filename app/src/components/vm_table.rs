@@ -1,9 +1,9 @@
 use leptos::prelude::*;
 
 use crate::components::vm_actions::{Outcome, VmActions};
-use crate::format::num;
 use crate::keys;
-use crate::types::{ListFilter, VmSummary};
+use pvedeck_domain::format::num;
+use pvedeck_domain::types::{ListFilter, VmSummary};
 
 fn state_label(vm: &VmSummary) -> String {
     match &vm.lock {

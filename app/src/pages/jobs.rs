@@ -6,10 +6,11 @@ use leptos_router::hooks::use_params_map;
 
 use crate::api::get_jobs;
 use crate::components::timeline::JobView;
-use crate::format::{duration, utc};
+use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use crate::types::{Job, UiError};
+use pvedeck_domain::format::{duration, utc};
+use pvedeck_domain::types::Job;
 
 /// `/jobs`: every job, newest first.
 #[component]

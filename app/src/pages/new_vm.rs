@@ -7,10 +7,10 @@ use crate::api::{get_catalog, start_install};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
-use crate::os::Os;
-use crate::request::{self, Field as Sent, InstallBody, Refusal, Version};
-use crate::rules::{self, Clamp, messages};
-use crate::types::Catalog;
+use pvedeck_domain::os::Os;
+use pvedeck_domain::request::{self, Field as Sent, InstallBody, Refusal, Version};
+use pvedeck_domain::rules::{self, Clamp, messages};
+use pvedeck_domain::types::Catalog;
 
 /// The page of job `id`, in place of the form (the server renders it with
 /// the events so far; the back button does not return to a sent form).
@@ -130,7 +130,7 @@ fn Form(catalog: Catalog) -> impl IntoView {
     let templates = StoredValue::new(catalog.templates.clone());
     let template = Signal::derive(move || {
         let name = Os::parse(&os.get())
-            .and_then(|o| crate::os::find(o, &version.get()))
+            .and_then(|o| pvedeck_domain::os::find(o, &version.get()))
             .map(|r| r.template_name())?;
         templates.with_value(|t| t.contains(&name)).then_some(name)
     });

@@ -5,7 +5,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::get_node_charts;
 use crate::components::chart::Chart;
-use crate::types::Timeframe;
+use pvedeck_domain::types::Timeframe;
 
 /// `/node/:name[?tf=hour|day|week]`: a node's CPU, RAM, network and IO
 /// delay over time, as SVG the server draws. Not an island: a lazy island

@@ -6,9 +6,10 @@ use crate::api::get_overview;
 use crate::components::node_card::NodeCard;
 use crate::components::vm_actions::{Outcome, OutcomeNote};
 use crate::components::vm_table::VmTable;
+use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use crate::types::{ListFilter, Overview as Data, UiError};
+use pvedeck_domain::types::{ListFilter, Overview as Data};
 
 /// How often the overview asks the server again once hydrated.
 const REFRESH: Duration = Duration::from_secs(2);

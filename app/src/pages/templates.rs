@@ -4,12 +4,13 @@ use leptos::prelude::*;
 
 use crate::api::{build_template, delete_template, get_templates, rebuild_template};
 use crate::components::vm_actions::{Outcome, OutcomeNote};
-use crate::format::{age, utc};
+use crate::error::UiError;
 use crate::keys;
-use crate::os::RELEASES;
 use crate::refresh::Latest;
-use crate::request::{Field, TemplateBody, Version};
-use crate::types::{TemplateInfo, TemplatesPage, UiError};
+use pvedeck_domain::format::{age, utc};
+use pvedeck_domain::os::RELEASES;
+use pvedeck_domain::request::{Field, TemplateBody, Version};
+use pvedeck_domain::types::{TemplateInfo, TemplatesPage};
 
 /// `/templates`: a golden template per release, its state, age and image,
 /// and the buttons that build, rebuild and delete them.

@@ -7,10 +7,11 @@ use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobPanel;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
-use crate::format::num;
+use crate::error::UiError;
 use crate::refresh::Latest;
-use crate::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
-use crate::types::{Resize, UiError, VmDetail};
+use pvedeck_domain::format::num;
+use pvedeck_domain::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
+use pvedeck_domain::types::{Resize, VmDetail};
 
 /// What an input holds as the `set/*` body it becomes.
 fn cpu_change(typed: &str) -> Resize {

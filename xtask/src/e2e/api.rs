@@ -1,20 +1,18 @@
 //! The browser tests' second lane: the release server with
 //! `PVE_BACKEND=api`, talking HTTPS to the simulator's REST face
-//! (`pvedeck sim api`) on the same data directory, as the integration
+//! (`pvedeck-sim api`) on the same data directory, as the integration
 //! tests' api lane does (`tests/common`). Everything stays on loopback: the
 //! VMs' addresses are `127.0.0.<vmid>`, the guests' `ssh` is the simulator's
-//! stand-in, and the cloud images come from `pvedeck sim mirror`.
+//! stand-in, and the cloud images come from `pvedeck-sim mirror`.
 //!
 //! The tests reach the simulated cluster "behind the server's back"
-//! (faults, nodes going offline) through `pvedeck sim …` on the data
-//! directory (`PVEDECK_BIN`, `SIM_DATA_DIR`): an api server has no
+//! (faults, nodes going offline) through `pvedeck-sim …` on the data
+//! directory (`PVEDECK_SIM_BIN`, `SIM_DATA_DIR`): an api server has no
 //! `/api/sim/…` routes.
 
 use std::path::Path;
 
-use super::{
-    browser_tests, closed_port, fresh_dir, io, pvedeck, start, start_server, start_sim_api,
-};
+use super::{browser_tests, closed_port, fresh_dir, io, start, start_server, start_sim_api};
 use crate::run::{Failed, status};
 
 /// The VMs' network: loopback, so that the VMID probe's connection
@@ -25,21 +23,20 @@ pub fn run(root: &Path) -> Result<(), Failed> {
     let out = root.join("target/e2e-api");
     let data = out.join("data");
     fresh_dir(&data)?;
-    let binary = root.join("target/release/pvedeck");
-
-    // The guests' `ssh`: the pvedeck binary answers as the simulator's
-    // stand-in when called by that name.
+    // The guests' `ssh`: the simulator's binary answers as its stand-in
+    // when called by that name.
     let bin = out.join("bin");
     fresh_dir(&bin)?;
-    std::os::unix::fs::symlink(&binary, bin.join("ssh")).map_err(io("target/e2e-api/bin/ssh"))?;
+    std::os::unix::fs::symlink(root.join(super::SIM), bin.join("ssh"))
+        .map_err(io("target/e2e-api/bin/ssh"))?;
     let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
 
-    let mut mirror = pvedeck(root, &out);
-    mirror.args(["sim", "mirror"]);
+    let mut mirror = super::binary(root, super::SIM, &out);
+    mirror.arg("mirror");
     let (mirror, images) = start(mirror, &out, "mirror.log", "http://")?;
     println!("    image mirror at {images}, log in target/e2e-api/mirror.log");
 
@@ -77,7 +74,7 @@ pub fn run(root: &Path) -> Result<(), Failed> {
     println!("    server at {url}, log in target/e2e-api/server.log");
     let result = status(
         browser_tests(root, &url, &out)
-            .env("PVEDECK_BIN", &binary)
+            .env("PVEDECK_SIM_BIN", root.join(super::SIM))
             .env("SIM_DATA_DIR", &data_dir)
             .env("PVEDECK_GATEWAY", GATEWAY),
     );

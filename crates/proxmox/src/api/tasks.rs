@@ -1,0 +1,276 @@
+//! Proxmox tasks: a long operation answers a UPID at once and runs on the
+//! node; its end and its output are read from `tasks/<upid>/status` and
+//! `tasks/<upid>/log`. Following one relays its new log lines as they come
+//! and ends with the task: `OK` and `WARNINGS: n` are success, anything
+//! else is the failure, in Proxmox's words.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{LineSink, PveError};
+
+/// `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upid {
+    pub text: String,
+    pub node: String,
+    pub kind: String,
+    pub id: String,
+}
+
+impl Upid {
+    pub fn parse(text: &str) -> Option<Upid> {
+        let text = text.trim();
+        let mut parts = text.strip_prefix("UPID:")?.split(':');
+        let node = parts.next().filter(|n| !n.is_empty())?;
+        // pid, pstart, starttime: hex numbers.
+        for _ in 0..3 {
+            let hex = parts.next()?;
+            if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+        }
+        let kind = parts.next().filter(|k| !k.is_empty())?;
+        let id = parts.next()?;
+        let _user = parts.next().filter(|u| !u.is_empty())?;
+        Some(Upid {
+            text: text.to_string(),
+            node: node.to_string(),
+            kind: kind.to_string(),
+            id: id.to_string(),
+        })
+    }
+}
+
+/// `tasks/<upid>/status`, the parts that matter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStatus {
+    pub running: bool,
+    /// `OK`, `WARNINGS: n` or the error; only once stopped.
+    pub exitstatus: Option<String>,
+}
+
+/// Where a task's status and log are read (the API client; a script in
+/// tests).
+#[async_trait]
+pub trait TaskSource: Send + Sync {
+    async fn status(&self, upid: &Upid) -> Result<TaskStatus, PveError>;
+    /// Lines after the first `start`, as `(n, text)` with `n` from 1.
+    async fn log(&self, upid: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError>;
+}
+
+/// How a task ended, when it ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskDone {
+    pub warnings: u32,
+}
+
+/// What Proxmox writes as the log of a task that has not logged yet.
+const NO_CONTENT: &str = "no content";
+
+/// The task's own last line (`qm` does not print it either).
+fn is_end_line(line: &str) -> bool {
+    line == "TASK OK" || line.starts_with("TASK ERROR: ") || line.starts_with("TASK WARNINGS: ")
+}
+
+/// An exit status read as success or the error it is.
+pub fn outcome(upid: &Upid, exitstatus: &str) -> Result<TaskDone, PveError> {
+    let exitstatus = exitstatus.trim();
+    if exitstatus == "OK" {
+        return Ok(TaskDone { warnings: 0 });
+    }
+    if let Some(n) = exitstatus
+        .strip_prefix("WARNINGS: ")
+        .and_then(|n| n.parse().ok())
+    {
+        return Ok(TaskDone { warnings: n });
+    }
+    Err(PveError::Command {
+        command: format!("task {}", upid.text),
+        message: exitstatus.to_string(),
+        exit: None,
+    })
+}
+
+/// Follows a task to its end from log line `start` on, relaying each new
+/// line; `Timeout` when it still runs after `limit`.
+pub async fn follow(
+    source: &dyn TaskSource,
+    upid: &Upid,
+    mut start: u64,
+    out: LineSink<'_>,
+    poll: Duration,
+    limit: Duration,
+) -> Result<TaskDone, PveError> {
+    let began = tokio::time::Instant::now();
+    loop {
+        // The status first: a task seen stopped has written its whole log.
+        let status = source.status(upid).await?;
+        loop {
+            let lines = source.log(upid, start).await?;
+            let before = start;
+            for (n, line) in lines {
+                if n <= start || (n == 1 && line == NO_CONTENT) {
+                    continue;
+                }
+                start = n;
+                if !is_end_line(&line) {
+                    out(&line);
+                }
+            }
+            if start == before {
+                break;
+            }
+        }
+        if !status.running {
+            return outcome(
+                upid,
+                status.exitstatus.as_deref().unwrap_or("unexpected status"),
+            );
+        }
+        if began.elapsed() >= limit {
+            return Err(PveError::Timeout {
+                command: format!("task {}", upid.text),
+                secs: limit.as_secs(),
+            });
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    const UPID: &str = "UPID:pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:pvedeck@pve!deck:";
+
+    #[test]
+    fn a_upid_names_its_node_kind_and_id() {
+        let upid = Upid::parse(UPID).unwrap();
+        assert_eq!(
+            (upid.node.as_str(), upid.kind.as_str(), upid.id.as_str()),
+            ("pve1", "qmcreate", "101")
+        );
+        assert_eq!(upid.text, UPID);
+        for bad in [
+            "",
+            "UPID:",
+            "UPID::000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
+            "UPID:pve1:XYZ:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
+            "UPID:pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101",
+            "pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
+        ] {
+            assert_eq!(Upid::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ok_and_warnings_succeed_anything_else_is_the_error() {
+        let upid = Upid::parse(UPID).unwrap();
+        assert_eq!(outcome(&upid, "OK").unwrap().warnings, 0);
+        assert_eq!(outcome(&upid, "WARNINGS: 2").unwrap().warnings, 2);
+        let err = outcome(&upid, "unable to create VM 101 - already exists").unwrap_err();
+        assert_eq!(err.message(), "unable to create VM 101 - already exists");
+    }
+
+    /// A task that logs `lines[..shown]` and has ended after `polls` looks.
+    struct Script {
+        lines: Vec<&'static str>,
+        end: &'static str,
+        polls_to_end: usize,
+        polls: Mutex<usize>,
+    }
+
+    #[async_trait]
+    impl TaskSource for Script {
+        async fn status(&self, _: &Upid) -> Result<TaskStatus, PveError> {
+            let mut polls = self.polls.lock().unwrap();
+            *polls += 1;
+            let done = *polls > self.polls_to_end;
+            Ok(TaskStatus {
+                running: !done,
+                exitstatus: done.then(|| self.end.to_string()),
+            })
+        }
+
+        async fn log(&self, _: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError> {
+            let polls = *self.polls.lock().unwrap();
+            // One more line visible at each look; the end line once ended.
+            let mut visible: Vec<&str> = self.lines.iter().take(polls).copied().collect();
+            if polls > self.polls_to_end {
+                visible = self.lines.clone();
+                visible.push(if self.end == "OK" {
+                    "TASK OK"
+                } else {
+                    "TASK ERROR: boom"
+                });
+            }
+            if visible.is_empty() {
+                return Ok(vec![(1, NO_CONTENT.to_string())]);
+            }
+            // Pages of two lines, as a small `limit` would give.
+            Ok(visible
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i as u64 + 1, l.to_string()))
+                .skip(start as usize)
+                .take(2)
+                .collect())
+        }
+    }
+
+    async fn run(script: &Script, limit: Duration) -> (Result<TaskDone, PveError>, Vec<String>) {
+        let upid = Upid::parse(UPID).unwrap();
+        let seen = Mutex::new(Vec::new());
+        let out = |line: &str| seen.lock().unwrap().push(line.to_string());
+        let result = follow(script, &upid, 0, &out, Duration::from_millis(1), limit).await;
+        (result, seen.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn every_line_is_relayed_once_in_order_without_the_end_line() {
+        let script = Script {
+            lines: vec!["transferred 1 of 4", "transferred 2 of 4", "a", "b", "c"],
+            end: "OK",
+            polls_to_end: 3,
+            polls: Mutex::new(0),
+        };
+        let (result, seen) = run(&script, Duration::from_secs(10)).await;
+        assert_eq!(result.unwrap().warnings, 0);
+        assert_eq!(
+            seen,
+            ["transferred 1 of 4", "transferred 2 of 4", "a", "b", "c"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_that_logged_nothing_yet_relays_no_placeholder() {
+        let script = Script {
+            lines: vec![],
+            end: "boom",
+            polls_to_end: 2,
+            polls: Mutex::new(0),
+        };
+        let (result, seen) = run(&script, Duration::from_secs(10)).await;
+        assert_eq!(result.unwrap_err().message(), "boom");
+        assert!(seen.is_empty(), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_task_that_never_ends_times_out_naming_it() {
+        let script = Script {
+            lines: vec!["still going"],
+            end: "OK",
+            polls_to_end: usize::MAX,
+            polls: Mutex::new(0),
+        };
+        let (result, seen) = run(&script, Duration::from_millis(20)).await;
+        let err = result.unwrap_err();
+        assert!(matches!(err, PveError::Timeout { .. }), "{err:?}");
+        assert!(err.to_string().contains(UPID), "{err}");
+        assert_eq!(seen, ["still going"]);
+    }
+}

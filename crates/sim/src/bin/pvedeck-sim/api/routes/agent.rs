@@ -1,0 +1,105 @@
+//! `…/agent/ping`, `…/agent/exec` + `…/agent/exec-status`,
+//! `…/agent/network-get-interfaces` (PVE 9 privileges `VM.GuestAgent.*`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Path, State};
+use serde_json::json;
+
+use super::super::error::ApiError;
+use super::super::params::Params;
+use super::super::{Api, ApiResult, data};
+use super::vmid;
+use pvedeck_sim::store::lock;
+
+pub async fn ping(
+    State(api): State<Arc<Api>>,
+    Path((node, raw)): Path<(String, String)>,
+) -> ApiResult {
+    let id = vmid(&raw)?;
+    api.privs.require_any(
+        &format!("/vms/{id}"),
+        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
+    )?;
+    api.vm_here(&node, id)?;
+    api.sim.qm_agent_ping(&node, id).await?;
+    Ok(data(json!({"result": {}})))
+}
+
+/// `POST …/agent/exec`: the simulated guest runs the command at once (its
+/// commands are instant); the result waits for `exec-status`.
+pub async fn exec(
+    State(api): State<Arc<Api>>,
+    Path((node, raw)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let id = vmid(&raw)?;
+    api.privs
+        .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
+    api.vm_here(&node, id)?;
+    let command = params.list("command");
+    if command.is_empty() {
+        return Err(ApiError::param(
+            "command",
+            "property is missing and it is not optional",
+        ));
+    }
+    let result = api.sim.qm_guest_exec(&node, id, &command).await?;
+    let pid = api.next_pid.fetch_add(1, Ordering::Relaxed);
+    lock(&api.execs).insert((id, pid), result);
+    Ok(data(json!({ "pid": pid })))
+}
+
+/// `GET …/agent/exec-status?pid=`: out-data and err-data already decoded,
+/// booleans 0/1. Like qga, a pid reported exited is forgotten.
+pub async fn exec_status(
+    State(api): State<Arc<Api>>,
+    Path((node, raw)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult {
+    let id = vmid(&raw)?;
+    api.privs
+        .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
+    api.vm_here(&node, id)?;
+    let pid = params
+        .int("pid")?
+        .ok_or_else(|| ApiError::param("pid", "property is missing and it is not optional"))?;
+    let found = u32::try_from(pid)
+        .ok()
+        .and_then(|pid| lock(&api.execs).remove(&(id, pid)));
+    let Some(result) = found else {
+        return Err(ApiError::new(500, "Agent error: Invalid parameter 'pid'"));
+    };
+    let mut out = serde_json::Map::new();
+    match result.exitcode {
+        Some(code) => {
+            out.insert("exited".into(), json!(1));
+            out.insert("exitcode".into(), json!(code));
+        }
+        None => {
+            out.insert("exited".into(), json!(0));
+        }
+    }
+    if !result.out.is_empty() {
+        out.insert("out-data".into(), json!(result.out));
+    }
+    if !result.err.is_empty() {
+        out.insert("err-data".into(), json!(result.err));
+    }
+    Ok(data(out))
+}
+
+pub async fn interfaces(
+    State(api): State<Arc<Api>>,
+    Path((node, raw)): Path<(String, String)>,
+) -> ApiResult {
+    let id = vmid(&raw)?;
+    api.privs.require_any(
+        &format!("/vms/{id}"),
+        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
+    )?;
+    api.vm_here(&node, id)?;
+    let result = api.sim.qm_agent_interfaces(&node, id).await?;
+    Ok(data(json!({ "result": result })))
+}

@@ -1,0 +1,760 @@
+//! The simulated cluster's command-line face: this binary, called as `qm`,
+//! `pvesh`, `pvesm` or `ssh` (through a link of that name on `PATH`), or as
+//! `pvedeck-sim <tool> …`, answers like the real tool: same argument
+//! forms, output formats, error texts and exit codes. Every call is its own
+//! process; they share the cluster through `DATA_DIR/sim` (locked).
+//!
+//! The `ssh` stand-in routes `ssh root@<node-ip> qm …` to that node and
+//! `ssh <user>@<vm-ip> <command>` to the simulated guest.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde_json::Value;
+
+use pvedeck_config::Config;
+use pvedeck_proxmox::{GuestCommand, GuestTarget, PowerAction, PveError};
+use pvedeck_sim::{SimCluster, SimSettings};
+
+const TOOLS: [&str; 4] = ["qm", "pvesh", "pvesm", "ssh"];
+
+/// What `args` (the process's, program name first) asks for: a stand-in
+/// called through a link named `qm`, `pvesh`, `pvesm` or `ssh`, a
+/// long-running face (`pvedeck-sim api`, `pvedeck-sim mirror`), or a
+/// one-shot command (`pvedeck-sim qm …`, `pvedeck-sim fault …`). Returns
+/// the exit code.
+pub fn dispatch(args: &[String]) -> i32 {
+    let name = args
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default();
+    if TOOLS.contains(&name.as_str()) {
+        let mut argv = vec![name];
+        argv.extend(args.iter().skip(1).cloned());
+        return run(argv);
+    }
+    match args.get(1).map(String::as_str) {
+        // The REST face: a long-running server, not a one-shot tool.
+        Some("api") => crate::api::run(),
+        // The images over HTTP for IMAGE_BASE_<OS>: a server as well.
+        Some("mirror") => crate::mirror::run(),
+        Some("--version" | "-V") => {
+            println!("pvedeck-sim {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        _ => run(args.iter().skip(1).cloned().collect()),
+    }
+}
+
+/// A stand-in must not outlive whoever called it (a hung `qm` whose
+/// caller was killed at its timeout): it exits once its parent is gone.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(1);
+            }
+        }
+    });
+}
+
+fn run(argv: Vec<String>) -> i32 {
+    exit_with_parent();
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let settings = SimSettings::from_config(&config);
+    let sim = match SimCluster::shared(&config.data_dir.join("sim"), &settings) {
+        Ok(sim) => sim,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let node = std::env::var("PVEDECK_SIM_NODE").unwrap_or_else(|_| config.main_node.clone());
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start: {e}");
+            return 1;
+        }
+    };
+    sim.record_argv(&argv);
+    runtime.block_on(async {
+        let face = Face { sim: &sim, node };
+        match face.tool(&argv).await {
+            Ok(code) => code,
+            Err(e) => face.fail(e),
+        }
+    })
+}
+
+const USAGE: &str = "\
+usage: pvedeck-sim qm|pvesh|pvesm|ssh <args>   one command, as the real tool answers it
+       pvedeck-sim fault '<json>' | fault clear
+       pvedeck-sim node <node> online|offline
+       pvedeck-sim storage <id> content <list>
+       pvedeck-sim log                            the commands run so far
+       pvedeck-sim world                          simulated ms of one install (benchmarks)
+       pvedeck-sim api                            the REST face over HTTPS (long-running)
+       pvedeck-sim mirror                         the cloud images over HTTP (long-running)
+A link named qm, pvesh, pvesm or ssh to this binary answers as that tool.
+The cluster lives in DATA_DIR/sim, configured like the server's (SIM_SPEED, GATEWAY, NODE_<name>…).";
+
+struct Face<'a> {
+    sim: &'a SimCluster,
+    /// The node this command runs on.
+    node: String,
+}
+
+/// Options that take no value (a bare `--purge` means 1).
+const FLAGS: [&str; 6] = [
+    "purge",
+    "skiplock",
+    "with-local-disks",
+    "online",
+    "force",
+    "destroy-unreferenced-disks",
+];
+
+struct Parsed {
+    positional: Vec<String>,
+    options: Vec<(String, String)>,
+}
+
+/// `qm`'s option syntax: `--key value` or `-key value`; flags may stand alone.
+fn parse(args: &[String]) -> Result<Parsed, PveError> {
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let is_option = arg.starts_with('-') && arg.parse::<f64>().is_err() && arg.len() > 1;
+        if !is_option {
+            positional.push(arg.clone());
+            i += 1;
+            continue;
+        }
+        let key = arg.trim_start_matches('-').to_string();
+        let next = args.get(i + 1);
+        let value = if FLAGS.contains(&key.as_str())
+            && next.is_none_or(|n| n.starts_with('-') || !matches!(n.as_str(), "0" | "1"))
+        {
+            i += 1;
+            "1".to_string()
+        } else {
+            let Some(value) = next else {
+                return Err(PveError::command(
+                    "qm",
+                    format!("Option {key} requires an argument\n400 unable to parse option"),
+                    255,
+                ));
+            };
+            i += 2;
+            value.clone()
+        };
+        options.push((key, value));
+    }
+    Ok(Parsed {
+        positional,
+        options,
+    })
+}
+
+fn vmid(raw: Option<&String>) -> Result<u32, PveError> {
+    let raw = raw.ok_or_else(|| PveError::command("qm", "400 not enough arguments", 255))?;
+    raw.parse::<u32>().map_err(|_| {
+        PveError::command(
+            "qm",
+            format!("400 Parameter verification failed.\nvmid: type check ('integer') failed - got '{raw}'"),
+            255,
+        )
+    })
+}
+
+fn flag(options: &[(String, String)], key: &str) -> bool {
+    options.iter().any(|(k, v)| k == key && v == "1")
+}
+
+/// `--output-format json`: one line, keys sorted, as `pvesh` prints.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let ordered: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            Value::Object(ordered.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+/// Perl's `to_json(pretty, canonical)`, as `qm guest …` prints: keys
+/// sorted, three-space indents, ` : ` between key and value.
+fn pretty(value: &Value) -> String {
+    fn write(value: &Value, indent: usize, out: &mut String) {
+        let pad = " ".repeat(indent + 3);
+        match value {
+            Value::Object(map) => {
+                let ordered: BTreeMap<&String, &Value> = map.iter().collect();
+                out.push_str("{\n");
+                for (i, (key, v)) in ordered.iter().enumerate() {
+                    out.push_str(&format!("{pad}{} : ", Value::from(key.as_str())));
+                    write(v, indent + 3, out);
+                    out.push_str(if i + 1 < ordered.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&format!("{}}}", " ".repeat(indent)));
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, 0, &mut out);
+    out
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> i32 {
+    match serde_json::to_value(value) {
+        Ok(v) => {
+            println!("{}", sorted(v));
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            255
+        }
+    }
+}
+
+fn out(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+impl Face<'_> {
+    fn fail(&self, e: PveError) -> i32 {
+        let (message, exit) = match &e {
+            PveError::Command { message, exit, .. } => (message.clone(), exit.unwrap_or(255)),
+            other => (other.to_string(), 255),
+        };
+        eprintln!("{message}");
+        exit
+    }
+
+    async fn tool(&self, argv: &[String]) -> Result<i32, PveError> {
+        let args = &argv[1.min(argv.len())..];
+        match argv.first().map(String::as_str) {
+            Some("qm") => self.qm(args).await,
+            Some("pvesh") => self.pvesh(args).await,
+            Some("pvesm") => self.pvesm(args).await,
+            Some("ssh") => self.ssh(args).await,
+            Some("fault") => self.fault(args),
+            Some("node") => self.node_state(args),
+            Some("storage") => self.storage_content(args),
+            Some("log") => {
+                for line in self.sim.commands() {
+                    out(&line);
+                }
+                Ok(0)
+            }
+            Some("world") => {
+                // For benchmarks: the simulated world's time in one install.
+                out(&pvedeck_sim::install_world_ms().to_string());
+                Ok(0)
+            }
+            _ => {
+                eprintln!("{USAGE}");
+                Ok(2)
+            }
+        }
+    }
+
+    async fn qm(&self, args: &[String]) -> Result<i32, PveError> {
+        let (verb, rest) = match args.split_first() {
+            Some((v, rest)) if v == "disk" || v == "guest" => match rest.split_first() {
+                Some((sub, rest)) => (format!("{v} {sub}"), rest),
+                None => (v.clone(), rest),
+            },
+            Some((v, rest)) => (v.clone(), rest),
+            None => {
+                eprintln!("USAGE: qm <COMMAND> [ARGS] [OPTIONS]");
+                return Ok(255);
+            }
+        };
+        // `qm guest exec <vmid> [options] -- <command…>`: what follows `--`
+        // is the guest's argument vector, not options.
+        let (rest, guest_argv) = match rest.iter().position(|a| a == "--") {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        let parsed = parse(rest)?;
+        let p = &parsed.positional;
+        let node = self.node.as_str();
+        let sim = self.sim;
+        match verb.as_str() {
+            "clone" => {
+                let Some(source) = p.first() else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                let newid = vmid(p.get(1))?;
+                let full = parsed.options.iter().find(|(k, _)| k == "full");
+                let template = sim.is_template(vmid(Some(source))?);
+                // Linked is the default from a template, full from a VM.
+                let linked = match full {
+                    Some((_, v)) => v == "0",
+                    None => template,
+                };
+                let mode = if linked {
+                    pvedeck_proxmox::CloneMode::Linked
+                } else {
+                    pvedeck_proxmox::CloneMode::Full
+                };
+                let name = parsed
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == "name")
+                    .map_or_else(|| format!("Copy-of-VM-{source}"), |(_, v)| v.clone());
+                sim.qm_clone(node, vmid(Some(source))?, newid, &name, mode, &out)
+                    .await?;
+            }
+            "template" => {
+                // The conversion runs as a task that qm does not wait on
+                // for its exit code: a failed one is printed, and qm exits 0.
+                let id = vmid(p.first())?;
+                sim.qm_template_check(node, id)?;
+                if let Err(e) = sim.qm_template_task(id).await {
+                    eprintln!("{}", e.message());
+                }
+            }
+            "agent" | "guest cmd" => {
+                if p.get(1).map(String::as_str) != Some("ping") {
+                    eprintln!(
+                        "400 Parameter verification failed.\ncommand: only ping is simulated"
+                    );
+                    return Ok(255);
+                }
+                sim.qm_agent_ping(node, vmid(p.first())?).await?;
+            }
+            "guest exec" => {
+                let result = sim
+                    .qm_guest_exec(node, vmid(p.first())?, guest_argv)
+                    .await?;
+                let mut json = serde_json::Map::new();
+                if !result.err.is_empty() {
+                    json.insert("err-data".into(), Value::from(result.err));
+                }
+                match result.exitcode {
+                    Some(code) => {
+                        json.insert("exitcode".into(), Value::from(code));
+                        json.insert("exited".into(), Value::from(1));
+                    }
+                    None => {
+                        json.insert("exited".into(), Value::from(0));
+                    }
+                }
+                if !result.out.is_empty() {
+                    json.insert("out-data".into(), Value::from(result.out));
+                }
+                out(&pretty(&Value::Object(json)));
+            }
+            "create" => {
+                sim.qm_create(node, vmid(p.first())?, &parsed.options)
+                    .await?
+            }
+            "set" => {
+                for line in sim.qm_set(node, vmid(p.first())?, &parsed.options).await? {
+                    out(&line);
+                }
+            }
+            "importdisk" | "disk import" => {
+                let (Some(source), Some(storage)) = (p.get(1), p.get(2)) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                sim.qm_importdisk(
+                    node,
+                    vmid(p.first())?,
+                    std::path::Path::new(source),
+                    storage,
+                    &out,
+                )
+                .await?;
+            }
+            "resize" | "disk resize" => {
+                let (Some(disk), Some(size)) = (p.get(1), p.get(2)) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                // The resize task's failure is printed, but qm exits 0.
+                if let Err(e) = sim.qm_resize(node, vmid(p.first())?, disk, size).await {
+                    eprintln!("{}", e.message());
+                }
+            }
+            "config" => {
+                for (key, value) in sim.qm_config(node, vmid(p.first())?).await? {
+                    out(&format!("{key}: {value}"));
+                }
+            }
+            "status" => out(&format!(
+                "status: {}",
+                sim.qm_status(node, vmid(p.first())?).await?
+            )),
+            "start" | "shutdown" | "reboot" | "stop" => {
+                let action = match verb.as_str() {
+                    "start" => PowerAction::Start,
+                    "shutdown" => PowerAction::Shutdown,
+                    "reboot" => PowerAction::Reboot,
+                    _ => PowerAction::Stop {
+                        skiplock: flag(&parsed.options, "skiplock"),
+                    },
+                };
+                sim.qm_power(node, vmid(p.first())?, action).await?;
+            }
+            "destroy" => {
+                let skiplock = flag(&parsed.options, "skiplock");
+                for line in sim.qm_destroy(node, vmid(p.first())?, skiplock).await? {
+                    out(&line);
+                }
+            }
+            "migrate" => {
+                let Some(target) = p.get(1) else {
+                    return Err(PveError::command("qm", "400 not enough arguments", 255));
+                };
+                sim.qm_migrate(node, vmid(p.first())?, target, &out).await?;
+            }
+            other => {
+                eprintln!("ERROR: unknown command 'qm {other}'");
+                return Ok(255);
+            }
+        }
+        Ok(0)
+    }
+
+    async fn pvesh(&self, args: &[String]) -> Result<i32, PveError> {
+        let parsed = parse(args)?;
+        let p = &parsed.positional;
+        let (Some(verb), Some(path)) = (p.first(), p.get(1)) else {
+            return Err(PveError::command("pvesh", "400 not enough arguments", 255));
+        };
+        if verb != "get" {
+            return Err(PveError::command(
+                "pvesh",
+                format!("No '{verb}' handler defined for '{path}'"),
+                255,
+            ));
+        }
+        let kind = parsed
+            .options
+            .iter()
+            .find(|(k, _)| k == "type")
+            .map(|(_, v)| v.as_str());
+        let path = path.trim_end_matches('/');
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        match parts.as_slice() {
+            ["cluster", "resources"] => {
+                let vms = || async { pvedeck_proxmox::Pve::cluster_vms(self.sim).await };
+                let nodes = || async { pvedeck_proxmox::Pve::cluster_nodes(self.sim).await };
+                let mut all: Vec<Value> = Vec::new();
+                if kind.is_none_or(|k| k == "vm") {
+                    for vm in vms().await? {
+                        all.push(serde_json::to_value(vm).unwrap_or(Value::Null));
+                    }
+                }
+                if kind.is_none_or(|k| k == "node") {
+                    for node in nodes().await? {
+                        all.push(serde_json::to_value(node).unwrap_or(Value::Null));
+                    }
+                }
+                Ok(print_json(&all))
+            }
+            ["nodes"] => {
+                let nodes = pvedeck_proxmox::Pve::cluster_nodes(self.sim).await?;
+                Ok(print_json(&nodes))
+            }
+            ["nodes", node, "status"] => {
+                let status = pvedeck_proxmox::Pve::node_status(self.sim, node).await?;
+                Ok(print_json(&status))
+            }
+            ["nodes", node, "rrddata"] => {
+                let asked = parsed
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == "timeframe")
+                    .map(|(_, v)| v.as_str());
+                let timeframe = pvedeck_sim::rrd::timeframe(asked).map_err(|why| {
+                    PveError::command(
+                        "pvesh",
+                        format!("400 Parameter verification failed.\ntimeframe: {why}"),
+                        255,
+                    )
+                })?;
+                let rows = pvedeck_proxmox::Pve::rrddata(self.sim, node, timeframe).await?;
+                Ok(print_json(&rows))
+            }
+            _ => Err(PveError::command(
+                "pvesh",
+                format!("No 'get' handler defined for '{path}'"),
+                255,
+            )),
+        }
+    }
+
+    async fn pvesm(&self, args: &[String]) -> Result<i32, PveError> {
+        if args.first().map(String::as_str) != Some("status") {
+            eprintln!("ERROR: unknown command 'pvesm {}'", args.join(" "));
+            return Ok(255);
+        }
+        let content = args
+            .windows(2)
+            .find(|w| w[0] == "--content")
+            .map(|w| w[1].as_str());
+        let rows = self.sim.pvesm_status(&self.node, content).await?;
+        let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4) + 1;
+        out(&format!(
+            "{:<width$} {:>10} {:>10} {:>15} {:>15} {:>15} {:>8}",
+            "Name", "Type", "Status", "Total (KiB)", "Used (KiB)", "Available (KiB)", "%"
+        ));
+        for r in rows {
+            if r.status == "inactive" {
+                eprintln!("storage '{}' is not online", r.name);
+            }
+            let pct = if r.status == "disabled" {
+                format!("{:>8}", "N/A")
+            } else if r.total_kib == 0 {
+                format!("{:>7.2}%", 0.0)
+            } else {
+                format!("{:>7.2}%", r.used_kib as f64 * 100.0 / r.total_kib as f64)
+            };
+            out(&format!(
+                "{:<width$} {:>10} {:>10} {:>15} {:>15} {:>15} {pct}",
+                r.name, r.kind, r.status, r.total_kib, r.used_kib, r.avail_kib
+            ));
+        }
+        Ok(0)
+    }
+
+    /// `ssh [options] user@host [command…]`.
+    async fn ssh(&self, args: &[String]) -> Result<i32, PveError> {
+        const WITH_VALUE: &str = "BbcDEeFIiJLlmOoPpQRSWw";
+        let mut i = 0;
+        let mut login = None;
+        let mut port = 22u16;
+        let mut options: Vec<String> = Vec::new();
+        while i < args.len() && args[i].starts_with('-') {
+            let opt = &args[i];
+            if opt == "--" {
+                i += 1;
+                break;
+            }
+            let letter = opt.chars().nth(1).unwrap_or(' ');
+            if WITH_VALUE.contains(letter) && opt.len() == 2 {
+                let value = args.get(i + 1).cloned().unwrap_or_default();
+                match letter {
+                    'l' => login = Some(value),
+                    'p' => port = value.parse().unwrap_or(22),
+                    'o' => options.push(value),
+                    _ => {}
+                }
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+        let Some(destination) = args.get(i) else {
+            eprintln!("usage: ssh [options] destination [command]");
+            return Ok(255);
+        };
+        let (user, host) = match destination.split_once('@') {
+            Some((u, h)) => (u.to_string(), h.to_string()),
+            None => (login.unwrap_or_else(|| "root".into()), destination.clone()),
+        };
+        let command = args[i + 1..].join(" ");
+        let Ok(ip) = host.parse::<std::net::Ipv4Addr>() else {
+            eprintln!("ssh: Could not resolve hostname {host}: Name or service not known");
+            return Ok(255);
+        };
+
+        let node = self.sim.read(|s| {
+            s.nodes
+                .values()
+                .find(|n| n.ip == Some(ip))
+                .map(|n| (n.name.clone(), n.online))
+        });
+        if let Some((node, online)) = node {
+            if !online {
+                eprintln!("ssh: connect to host {ip} port {port}: No route to host");
+                return Ok(255);
+            }
+            if user != "root" {
+                eprintln!("{user}@{ip}: Permission denied (publickey).");
+                return Ok(255);
+            }
+            // As the node's shell splits what `ssh` hands it.
+            let Some(words) = shlex::split(&command) else {
+                eprintln!("bash: -c: line 1: unexpected EOF while looking for matching quote");
+                return Ok(2);
+            };
+            let face = Face {
+                sim: self.sim,
+                node,
+            };
+            return Box::pin(face.tool(&words)).await;
+        }
+
+        // A VM: the readiness probe or the init script. Its host key is
+        // checked as `ssh` would with these options.
+        let option = |name: &str| {
+            options
+                .iter()
+                .find_map(|o| o.strip_prefix(&format!("{name}=")).map(str::to_string))
+        };
+        let strict = option("StrictHostKeyChecking").unwrap_or_else(|| "ask".into());
+        let file = option("UserKnownHostsFile")
+            .filter(|f| f != "/dev/null" && strict != "no")
+            .map(std::path::PathBuf::from);
+        if let (Some(file), "yes") = (&file, strict.as_str()) {
+            let token = pvedeck_proxmox::known_hosts::host_token(ip, port);
+            if pvedeck_proxmox::known_hosts::lookup(file, &token).is_none() {
+                eprintln!(
+                    "No ED25519 host key is known for {token} and you have requested strict checking.\nHost key verification failed."
+                );
+                return Ok(255);
+            }
+        }
+        let target = GuestTarget {
+            ip,
+            port,
+            user,
+            key: std::path::PathBuf::new(),
+            known_hosts: file,
+        };
+        let guest = if [pvedeck_proxmox::READY_COMMAND, "echo ready"].contains(&command.trim()) {
+            GuestCommand::Ready
+        } else if command.starts_with("f=$(mktemp) && cat > ") {
+            // The init script, on stdin.
+            let mut body = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut body);
+            GuestCommand::InitScript {
+                name: String::new(),
+                body,
+            }
+        } else {
+            eprintln!("bash: line 1: {command}: command not found");
+            return Ok(127);
+        };
+        pvedeck_proxmox::Pve::guest_exec(self.sim, &target, &guest, &out).await?;
+        Ok(0)
+    }
+
+    /// `pvedeck-sim fault '<json>'` or `pvedeck-sim fault clear`.
+    fn fault(&self, args: &[String]) -> Result<i32, PveError> {
+        match args.first().map(String::as_str) {
+            Some("clear") => {
+                self.sim.clear_faults();
+                Ok(0)
+            }
+            Some(json) => {
+                let fault = serde_json::from_str(json)
+                    .map_err(|e| PveError::command("fault", format!("invalid fault: {e}"), 2))?;
+                self.sim
+                    .add_fault(fault)
+                    .map_err(|e| PveError::command("fault", e, 2))?;
+                Ok(0)
+            }
+            None => {
+                eprintln!("usage: pvedeck-sim fault '<json>' | clear");
+                Ok(2)
+            }
+        }
+    }
+
+    /// `pvedeck-sim storage <id> content <list>`: what `pvesm set <id>
+    /// --content <list>` does (the list replaces the old one), e.g. a
+    /// `local` without `import`, as on PVE 8.4 or an upgraded host.
+    fn storage_content(&self, args: &[String]) -> Result<i32, PveError> {
+        let (Some(id), Some("content"), Some(list)) =
+            (args.first(), args.get(1).map(String::as_str), args.get(2))
+        else {
+            eprintln!("usage: pvedeck-sim storage <id> content <list>");
+            return Ok(2);
+        };
+        let found = self.sim.change(|s| {
+            s.storages
+                .iter_mut()
+                .find(|st| &st.id == id)
+                .map(|st| st.content = list.clone())
+                .is_some()
+        });
+        if found {
+            Ok(0)
+        } else {
+            eprintln!("storage '{id}' does not exist");
+            Ok(255)
+        }
+    }
+
+    /// `pvedeck-sim node <node> online|offline`.
+    fn node_state(&self, args: &[String]) -> Result<i32, PveError> {
+        let online = match args.get(1).map(String::as_str) {
+            Some("online") => true,
+            Some("offline") => false,
+            _ => {
+                eprintln!("usage: pvedeck-sim node <node> online|offline");
+                return Ok(2);
+            }
+        };
+        let node = args.first().cloned().unwrap_or_default();
+        self.sim.set_node_online(&node, online)?;
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_and_flags_parse_like_qm() {
+        let p = parse(&strings(&[
+            "101",
+            "--purge",
+            "--skiplock",
+            "--name",
+            "web",
+            "-cores",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!(p.positional, ["101"]);
+        assert_eq!(
+            p.options,
+            [
+                ("purge".to_string(), "1".to_string()),
+                ("skiplock".to_string(), "1".to_string()),
+                ("name".to_string(), "web".to_string()),
+                ("cores".to_string(), "2".to_string()),
+            ]
+        );
+        let p = parse(&strings(&["101", "--skiplock", "0"])).unwrap();
+        assert_eq!(p.options, [("skiplock".to_string(), "0".to_string())]);
+        assert!(parse(&strings(&["101", "--name"])).is_err());
+    }
+
+    #[test]
+    fn json_keys_come_out_sorted() {
+        let v = serde_json::json!({"b": 1, "a": {"d": 2, "c": 3}});
+        assert_eq!(sorted(v).to_string(), r#"{"a":{"c":3,"d":2},"b":1}"#);
+    }
+}

@@ -1,0 +1,97 @@
+//! `qm status` and the power verbs: start, stop, shutdown, reboot.
+
+use super::{fail, vm_mut, vm_on};
+use crate::state::Guest;
+use crate::{SimCluster, timing};
+use pvedeck_proxmox::{PowerAction, PveError};
+use pvedeck_support::clock::now_ms;
+
+impl SimCluster {
+    pub async fn qm_status(&self, node: &str, vmid: u32) -> Result<String, PveError> {
+        let command = format!("qm status {vmid}");
+        self.record(&command);
+        self.clock.sleep(timing::READ).await;
+        self.read(|s| {
+            let vm = vm_on(s, node, vmid, &command, true)?;
+            Ok(if vm.running { "running" } else { "stopped" }.to_string())
+        })
+    }
+
+    pub async fn qm_power(
+        &self,
+        node: &str,
+        vmid: u32,
+        action: PowerAction,
+    ) -> Result<(), PveError> {
+        let command = format!("qm {} {vmid}", action.verb());
+        self.strike(action.verb(), Some(vmid), &command).await?;
+        let skiplock = matches!(action, PowerAction::Stop { skiplock: true });
+        let running = self.read(|s| {
+            let vm = vm_on(s, node, vmid, &command, skiplock)?;
+            if action == PowerAction::Start && vm.is_template() {
+                return Err(fail(&command, "you can't start a vm if it's a template"));
+            }
+            Ok(vm.running)
+        })?;
+        match action {
+            PowerAction::Start => {
+                if running {
+                    return Err(fail(&command, format!("VM {vmid} already running")));
+                }
+                self.clock.sleep(timing::START).await;
+                let boot = self.read(|s| {
+                    s.vms.get(&vmid).map_or(timing::BOOT, |vm| {
+                        if vm.initialized {
+                            timing::BOOT
+                        } else {
+                            timing::FIRST_BOOT
+                        }
+                    })
+                });
+                let ready_at = self.clock.after(boot);
+                self.change(|s| {
+                    if let Some(vm) = vm_mut(s, vmid) {
+                        vm.running = true;
+                        vm.started = Some(now_ms());
+                        vm.guest = Guest::Booting { ready_at };
+                        vm.inside.boot(vmid);
+                    }
+                });
+            }
+            PowerAction::Stop { .. } | PowerAction::Shutdown => {
+                if !running {
+                    // Proxmox warns and succeeds.
+                    return Ok(());
+                }
+                let ms = if action == PowerAction::Shutdown {
+                    timing::SHUTDOWN
+                } else {
+                    timing::STOP
+                };
+                self.clock.sleep(ms).await;
+                self.change(|s| {
+                    if let Some(vm) = vm_mut(s, vmid) {
+                        vm.running = false;
+                        vm.started = None;
+                        vm.guest = Guest::Off;
+                    }
+                });
+            }
+            PowerAction::Reboot => {
+                if !running {
+                    return Err(fail(&command, format!("VM {vmid} not running")));
+                }
+                self.clock.sleep(timing::REBOOT).await;
+                let ready_at = self.clock.after(timing::BOOT);
+                self.change(|s| {
+                    if let Some(vm) = vm_mut(s, vmid) {
+                        vm.started = Some(now_ms());
+                        vm.guest = Guest::Booting { ready_at };
+                        vm.inside.boot(vmid);
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+}
