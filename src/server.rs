@@ -3,39 +3,21 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::FromRef;
-use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
-use tokio::net::TcpListener;
-
 use app::backend::SharedBackend;
 use app::{App, OUTPUT_NAME, shell};
-
-use crate::api;
-use crate::engine::{Engine, Parts};
-use crate::jobs::Jobs;
+use axum::Router;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
 use pvedeck_config::{BackendKind, Config};
 use pvedeck_mirror::{Http, ImageError, Mirror};
 use pvedeck_proxmox::Pve;
 use pvedeck_sim::{SimCluster, SimInternet};
 use pvedeck_support::clock::Clock;
+use tokio::net::TcpListener;
 
-#[derive(Clone)]
-pub struct AppState {
-    pub leptos: LeptosOptions,
-    pub engine: Arc<Engine>,
-    pub config: Arc<Config>,
-    /// Present when the backend is the simulated cluster: its control routes
-    /// (fault injection) drive it directly.
-    pub sim: Option<Arc<SimCluster>>,
-}
-
-impl FromRef<AppState> for LeptosOptions {
-    fn from_ref(state: &AppState) -> Self {
-        state.leptos.clone()
-    }
-}
+use crate::api::{self, AppState};
+use crate::engine::{Engine, Parts};
+use crate::jobs::Jobs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

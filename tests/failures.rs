@@ -1,4 +1,4 @@
-//! The failure contract of SPEC §3.5, row by row, with faults injected into
+//! The failure contract (docs/provisioning.md#failure-contract), row by row, with faults injected into
 //! the simulated cluster: which failures leave no VM, which destroy the
 //! half-made one, which keep it.
 

@@ -1,4 +1,4 @@
-//! 10,000 random install bodies over HTTP (issue 11, point 10): none gets a
+//! 10,000 random install bodies over HTTP (docs/development.md#property-tests): none gets a
 //! 5xx, and none that is refused runs a Proxmox command — the simulated
 //! cluster's command log proves it, on both lanes.
 //!

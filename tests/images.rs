@@ -1,5 +1,5 @@
-//! The image cache against the mirror's published checksums (issue 11,
-//! point 4), with a loopback mirror whose image and `SHA512SUMS` each test
+//! The image cache against the mirror's published checksums (docs/security.md#images),
+//! with a loopback mirror whose image and `SHA512SUMS` each test
 //! sets: a download that does not match fails `OS preparation` and is not
 //! kept, a cached image is checked again when the mirror's checksum changes,
 //! a link at the image's name is not followed, a mirror without checksums is

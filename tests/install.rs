@@ -1,4 +1,4 @@
-//! The install pipeline over real HTTP on the simulated cluster (SPEC §3).
+//! The install pipeline over real HTTP on the simulated cluster (docs/provisioning.md#the-install-pipeline).
 
 mod common;
 
@@ -6,7 +6,7 @@ use common::{Sse, install};
 
 const DEBIAN: &str = r#"{"os":"debian","version":"12","name":"web"}"#;
 
-/// The steps of a successful install, in order (SPEC §3).
+/// The steps of a successful install, in order (docs/provisioning.md#the-install-pipeline).
 const STEPS: [&str; 20] = [
     "preparation > checking VMID",
     "preparation > assigning IP",

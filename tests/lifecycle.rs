@@ -1,4 +1,4 @@
-//! Lifecycle routes (SPEC §2, §4) over real HTTP: go-pve-qemu's
+//! Lifecycle routes (docs/provisioning.md#lifecycle) over real HTTP: go-pve-qemu's
 //! preconditions and status codes, the streamed actions, the allow-list.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Safe to put on a network (issue 11): what a page on another site can make
+//! Safe to put on a network (docs/security.md): what a page on another site can make
 //! a browser send is refused before anything runs.
 
 mod common;

@@ -1,4 +1,4 @@
-//! A stopped or killed pvedeck leaves no half-made VM (issue 11, point 5):
+//! A stopped or killed pvedeck leaves no half-made VM (docs/provisioning.md#stopping-and-restarts):
 //! SIGKILL mid-install, then a restart that reconciles the job; SIGTERM
 //! with a grace that runs out (the job's cleanup runs) and one that does
 //! not (new jobs get 503, the running one ends). Each runs the server as

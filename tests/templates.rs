@@ -1,4 +1,4 @@
-//! Golden templates (issue 10): a build job from the cached image to a
+//! Golden templates (docs/provisioning.md#golden-templates): a build job from the cached image to a
 //! template with a cleaned identity, listed apart from the VMs, refused when
 //! it exists or is being built, destroyed when a step fails.
 

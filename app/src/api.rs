@@ -6,14 +6,14 @@
 //! failed request for a message the page shows. Call `.and_then(|a| a)`.
 
 use leptos::prelude::*;
-
-use crate::codec::Json;
-use crate::error::UiError;
 use pvedeck_domain::request::{InstallBody, SetNode, TemplateBody};
 use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
     VmAction, VmDetail,
 };
+
+use crate::codec::Json;
+use crate::error::UiError;
 
 /// What the engine answered: the value, or its refusal.
 pub type Answer<T> = Result<T, UiError>;

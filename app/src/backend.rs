@@ -5,12 +5,13 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::error::UiError;
 use pvedeck_domain::request::{InstallBody, SetNode, TemplateBody};
 use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
     VmAction, VmDetail,
 };
+
+use crate::error::UiError;
 
 /// Who asks for a change: the TCP peer (`ALLOW_IPS`) and the UI session
 /// (`API_TOKENS`).

@@ -6,18 +6,15 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::pages::templates::Row;
 use pvedeck_domain::timeline::StageView;
 use pvedeck_domain::types::{Job, NodeSpark, NodeSummary, VmSummary};
 
-fn hash(value: impl Hash) -> u64 {
+/// A row whose every field is `Hash` (the templates table's) is keyed by
+/// this alone.
+pub fn hash(value: impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
-}
-
-pub fn template_row(row: &Row) -> u64 {
-    hash(row)
 }
 
 pub fn vm(vm: &VmSummary) -> u64 {

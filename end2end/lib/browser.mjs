@@ -51,9 +51,11 @@ export async function waitForHydration(page) {
   await page.waitForSelector('main[data-hydrated="true"]', { timeout: 20_000 });
 }
 
-export async function screenshot(page, name) {
+/** The whole page as `<name>.png`; `{ fullPage: false }` for what a visitor
+ *  sees first (the README's pictures). */
+export async function screenshot(page, name, { fullPage = true } = {}) {
   mkdirSync(SCREENSHOT_DIR, { recursive: true });
-  await page.screenshot({ path: join(SCREENSHOT_DIR, `${name}.png`), fullPage: true });
+  await page.screenshot({ path: join(SCREENSHOT_DIR, `${name}.png`), fullPage });
 }
 
 export async function post(path) {

@@ -1,4 +1,4 @@
-// Node history (issue 13): sparklines on the node cards, and a node page
+// Node history: sparklines on the node cards, and a node page
 // with CPU, RAM, network and IO charts over hour/day/week — SVG drawn on
 // the server, there with and without JavaScript.
 import { after, before, test } from 'node:test';

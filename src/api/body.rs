@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use pvedeck_domain::request::Body;
 
 use super::ApiError;
+use super::AppState;
 use crate::engine::EngineError;
-use crate::server::AppState;
 
 /// A body of type `T`, checked.
 pub struct Checked<T: Body>(pub T::Checked);

@@ -2,10 +2,10 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use pvedeck_proxmox::PveError;
 
 use crate::engine::EngineError;
 use crate::store::StoreError;
-use pvedeck_proxmox::PveError;
 
 #[derive(Debug)]
 pub struct ApiError {

@@ -9,9 +9,9 @@ use axum::response::Response;
 
 use pvedeck_domain::types::{Job, JobDetail};
 
-use super::openapi::{Events, Refused};
+use super::AppState;
+use super::responses::{Events, Refused};
 use super::{ApiError, sse};
-use crate::server::AppState;
 
 fn job_id(raw: &str) -> Result<u64, ApiError> {
     raw.parse()

@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::server::AppState;
+use super::AppState;
 
 /// One log line per request, written when the response starts, and one
 /// count in `/metrics` under the route it matched (its template: ids and

@@ -6,9 +6,11 @@ mod error;
 mod jobs;
 pub mod middleware;
 mod openapi;
+mod responses;
 pub mod sh;
 mod sim;
 mod sse;
+mod state;
 mod templates;
 mod vm;
 
@@ -18,8 +20,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 
-use crate::server::AppState;
 pub use error::{ApiError, status_of};
+pub use state::AppState;
 
 pub fn router(state: AppState) -> Router<AppState> {
     Router::new()

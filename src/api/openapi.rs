@@ -18,28 +18,8 @@ use pvedeck_domain::rules::{
 use pvedeck_domain::types::{Job, JobDetail, StepEvent, TemplateInfo, VmList};
 
 use super::ApiError;
-use crate::server::AppState;
-
-/// 400 a bad body, path or precondition (`VM is running`); 401 no valid
-/// token (`API_TOKENS`); 403 a client outside `ALLOW_IPS`; 404 an unknown VM
-/// or job; 409 a locked VM or a taken id; 500 Proxmox refused (its message);
-/// 504 a command timed out. The body is the message, as text.
-#[derive(utoipa::ToResponse)]
-#[response(content_type = "text/plain")]
-pub struct Refused(#[allow(dead_code)] String);
-
-/// The job's events as they happen: each an `id:` (its place in the job)
-/// and one `data:` line holding a `StepEvent` as JSON; the last is
-/// `event: close` with `data: {}`. The `X-Job-Id` header names the job,
-/// which `/api/jobs/{id}/events` replays.
-#[derive(utoipa::ToResponse)]
-#[response(content_type = "text/event-stream")]
-pub struct Events(#[allow(dead_code)] StepEvent);
-
-/// `ok`
-#[derive(utoipa::ToResponse)]
-#[response(content_type = "text/plain", example = json!("ok"))]
-pub struct Done(#[allow(dead_code)] String);
+use super::AppState;
+use super::responses::{Done, Events, Refused};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -142,6 +122,24 @@ fn document(limits: &Limits) -> Result<Value, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/openapi.json: the document a server with no `VM_MAX_*` serves.
+    /// `cargo xtask docs` runs this with `UPDATE_DOCS=1` to write it.
+    #[test]
+    fn generated_docs_are_current() {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json");
+        let doc = document(&Limits::default()).unwrap();
+        let want = format!("{}\n", serde_json::to_string_pretty(&doc).unwrap());
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(&file, &want).unwrap();
+            return;
+        }
+        let have = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/openapi.json is stale: run `cargo xtask docs`"
+        );
+    }
 
     #[test]
     fn the_document_carries_the_engine_s_table_and_bounds() {

@@ -3,10 +3,10 @@
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::IntoResponse;
+use pvedeck_domain::scripts;
 
 use super::ApiError;
-use crate::server::AppState;
-use pvedeck_domain::scripts;
+use super::AppState;
 
 /// The OS init scripts VMs fetch during SSH initialization.
 #[utoipa::path(

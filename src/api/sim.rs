@@ -6,11 +6,11 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-
-use super::ApiError;
-use crate::server::AppState;
 use pvedeck_sim::SimCluster;
 use pvedeck_sim::faults::Fault;
+
+use super::ApiError;
+use super::AppState;
 
 fn sim(state: &AppState) -> Result<&Arc<SimCluster>, ApiError> {
     state

@@ -1,4 +1,4 @@
-//! pvedeck's golden templates (issue 10): list, build (streamed like an
+//! pvedeck's golden templates (docs/provisioning.md#golden-templates): list, build (streamed like an
 //! install), delete.
 
 use axum::Json;
@@ -8,11 +8,11 @@ use axum::response::Response;
 use pvedeck_domain::request::TemplateBody;
 use pvedeck_domain::types::TemplateInfo;
 
+use super::AppState;
 use super::body::Checked;
-use super::openapi::{Done, Events, Refused};
+use super::responses::{Done, Events, Refused};
 use super::vm::VmId;
 use super::{ApiError, sse};
-use crate::server::AppState;
 
 /// The templates pvedeck built, and those it is building.
 #[utoipa::path(

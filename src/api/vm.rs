@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
 use pvedeck_domain::types::{ListFilter, VmList};
 
+use super::AppState;
 use super::body::Checked;
-use super::openapi::{Done, Events, Refused};
+use super::responses::{Done, Events, Refused};
 use super::{ApiError, sse};
-use crate::server::AppState;
 
 /// The `:id` of a VM route. Read before the body: a bad id is the first
 /// thing a client hears of. Where go-pve-qemu answered 500, we answer 400.
@@ -49,7 +49,7 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
     params(("disable" = Option<u8>, Query, description = "1: only stopped VMs, 0: only running ones")),
     responses((
         status = 200,
-        description = "VMs and per-node figures (SPEC §5), from the cluster snapshot",
+        description = "VMs and per-node figures (docs/provisioning.md, The VM list), from the cluster snapshot",
         body = VmList,
         headers(
             ("X-Data-Age-Ms" = u64, description = "how long ago the cluster was read"),
@@ -198,7 +198,7 @@ pub async fn set_cpu(
     Ok("ok")
 }
 
-/// `qm set --memory`, with the balloon rules of SPEC §3.4 (the VM must be stopped).
+/// `qm set --memory`, with the balloon rules (docs/provisioning.md#balloon-rules) (the VM must be stopped).
 #[utoipa::path(
     post,
     tag = "vm",

@@ -4,11 +4,11 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use pvedeck_config::allow::AllowList;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Engine, EngineError};
-use pvedeck_config::allow::AllowList;
 
 /// Compares the SHA-256 digests of both in constant time: the digests have
 /// one length, so neither a token's length nor where it first differs

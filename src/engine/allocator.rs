@@ -1,4 +1,4 @@
-//! VMIDs and addresses (SPEC §3.1), all of it: the address a VMID gets, the
+//! VMIDs and addresses (docs/provisioning.md#vmid-allocation), all of it: the address a VMID gets, the
 //! ids `RESERVED` keeps for other hosts, the scan for a free id, and the
 //! check of an id asked for. An id handed to an install stays reserved
 //! inside the server until that install ends, so concurrent installs never
@@ -10,12 +10,12 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use pvedeck_config::Config;
 use pvedeck_domain::rules::VMID_ADDRESSES;
+use pvedeck_proxmox::{PveError, Timed};
 
 use super::EngineError;
 use super::report::one_line;
-use pvedeck_config::Config;
-use pvedeck_proxmox::{PveError, Timed};
 
 /// Why no id could be found.
 #[derive(Debug, thiserror::Error)]

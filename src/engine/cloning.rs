@@ -1,4 +1,4 @@
-//! The clone path of an install (issue 10, `"method":"clone"`): the VM is a
+//! The clone path of an install (`"method":"clone"`, docs/provisioning.md#the-clone-path): the VM is a
 //! clone of the release's golden template — linked where the storage can,
 //! else a full copy — configured in one `qm set`, started, and ready when
 //! the guest agent answers and cloud-init reports `done` through it. No
@@ -14,14 +14,15 @@ use std::time::{Duration, Instant};
 use pvedeck_domain::os::Release;
 use pvedeck_domain::request::InstallRequest;
 use pvedeck_domain::types::JobState;
+use pvedeck_proxmox::{CloneMode, PowerAction, QmOptions, qm_options};
 
 use super::allocator::Reservation;
-use super::install::{Cleanup, Failure, Summary, failed, finalizing};
+use super::failure::{Cleanup, Failure, failed};
+use super::install::{Summary, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
 use crate::jobs::{JobHandle, Update};
-use pvedeck_proxmox::{CloneMode, PowerAction, QmOptions, qm_options};
 
 /// The longest pause between two knocks on the guest agent: each is a
 /// `qm` start-up on the node.

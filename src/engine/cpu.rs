@@ -1,4 +1,4 @@
-//! The cluster's CPU baseline for `qm create --cpu` (SPEC §3.3): the highest
+//! The cluster's CPU baseline for `qm create --cpu` (docs/provisioning.md#cpu-baseline): the highest
 //! x86-64 level every node supports, so a VM can run, and migrate, anywhere.
 
 use std::collections::HashSet;

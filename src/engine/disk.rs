@@ -1,11 +1,12 @@
 //! The VM's disk, scsi0: its size as `qm config` shows it, and the install's
 //! `qm resize` to a size, tried three times and read back (it exits 0 when
-//! its task failed, SPEC §8).
+//! its task failed, docs/backends.md#how-qm-runs-tasks-and-exits).
+
+use pvedeck_proxmox::PveError;
+use pvedeck_proxmox::drive::drive_size;
 
 use super::Engine;
 use super::report::{Step, one_line};
-use pvedeck_proxmox::PveError;
-use pvedeck_proxmox::drive::drive_size;
 
 /// Tries of `qm resize`, and the pause between them.
 const RESIZE_TRIES: u32 = 3;
@@ -43,7 +44,7 @@ impl Engine {
     }
 
     /// Whether scsi0 now has `bytes`, read back: `qm resize` and `qm disk
-    /// resize` exit 0 when their task failed (SPEC §8). `printed` is what
+    /// resize` exit 0 when their task failed (docs/backends.md#how-qm-runs-tasks-and-exits). `printed` is what
     /// the command said besides, the reason when the size disagrees.
     pub(super) async fn resized_to(
         &self,

@@ -1,7 +1,7 @@
 use pvedeck_domain::request::Refusal;
+use pvedeck_proxmox::PveError;
 
 use crate::store::StoreError;
-use pvedeck_proxmox::PveError;
 
 /// What can go wrong in the engine. The HTTP edge (`api::error`) and the
 /// server functions map each kind to a status once.

@@ -3,14 +3,14 @@
 //! shares either with another VM or template pvedeck made — a clone of a
 //! template whose identity was not cleaned — is not called ready.
 
-use base64::Engine as _;
-use sha2::Digest;
-
 use std::net::Ipv4Addr;
 
-use super::Engine;
+use base64::Engine as _;
 use pvedeck_proxmox::{PveError, known_hosts};
 use pvedeck_support::clock::now_ms;
+use sha2::Digest;
+
+use super::Engine;
 
 /// What makes a guest itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

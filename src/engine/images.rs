@@ -1,4 +1,4 @@
-//! Cloud images (SPEC §3.2) and the install's `OS preparation` stage: the
+//! Cloud images (docs/provisioning.md#os-images) and the install's `OS preparation` stage: the
 //! URL, its `HEAD`, the download into the cache under a temporary name,
 //! checked against the checksum the mirror publishes, renamed once complete
 //! and checked, so a partial or corrupt file is never taken for an image.
@@ -19,15 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pvedeck_domain::os::{Os, Release};
+use pvedeck_mirror::checksums::{self, Algo, ListError};
+use pvedeck_mirror::{ImageError, Mirror};
+use pvedeck_proxmox::{DiskImage, NodeFetch};
 use tempfile::NamedTempFile;
 use tokio::sync::OwnedMutexGuard;
 
 use super::Engine;
-use super::install::{Cleanup, Failure};
+use super::failure::{Cleanup, Failure};
 use super::report::{Out, Step, one_line};
-use pvedeck_mirror::checksums::{self, Algo, ListError};
-use pvedeck_mirror::{ImageError, Mirror};
-use pvedeck_proxmox::{DiskImage, NodeFetch};
 
 /// Where an image comes from and where it goes.
 #[derive(Debug, Clone)]

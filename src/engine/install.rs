@@ -1,5 +1,6 @@
-//! The install pipeline (SPEC §3): its stages in order, and the failure
-//! contract of §3.5. The rules the stages apply live in their own modules:
+//! The install pipeline (docs/provisioning.md#the-install-pipeline): its
+//! stages in order; what a failure leaves is `failure`'s. The rules the
+//! stages apply live in their own modules:
 //! VMIDs and addresses (`allocator`), the image stage (`images`), the SSH key
 //! stage (`sshkey`), the storage check (`storage`), disk sizes (`disk`),
 //! readiness (`readiness`), the CPU baseline (`cpu`), balloons (`memory`).
@@ -8,74 +9,21 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use pvedeck_config::{RootPassword, Secret};
 use pvedeck_domain::os::Os;
 use pvedeck_domain::request::{InstallMethod, InstallRequest};
 use pvedeck_domain::rules::Clamp;
-use pvedeck_domain::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_domain::types::{JobKind, JobState};
+use pvedeck_proxmox::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
 use super::allocator::{LateProbe, Reservation};
+use super::failure::{Cleanup, Failure, failed};
 use super::readiness::Boot;
 use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
 use super::stopping::stake;
 use super::{Engine, EngineError, memory, scope, storage};
 use crate::jobs::JobHandle;
-use pvedeck_config::{RootPassword, Secret};
-use pvedeck_proxmox::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
-
-/// What to do about the VM when a step fails (SPEC §3.5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Cleanup {
-    /// No VM exists.
-    Nothing,
-    /// Force stop and `qm destroy --purge --skiplock`.
-    Destroy,
-    /// The VM stays, for debugging.
-    Keep,
-}
-
-/// A failed step: its name, its `[-] …` message, what §3.5 does about it.
-pub(super) struct Failure {
-    step: String,
-    message: String,
-    cleanup: Cleanup,
-    /// How long the step ran before it failed (for `/metrics`).
-    took: std::time::Duration,
-}
-
-impl Failure {
-    /// The same failure, but what it leaves is destroyed, not kept.
-    pub(super) fn destroying(mut self) -> Failure {
-        if self.cleanup == Cleanup::Keep {
-            self.cleanup = Cleanup::Destroy;
-        }
-        self
-    }
-
-    pub(super) fn new(step: &Step<'_>, message: String, cleanup: Cleanup) -> Failure {
-        Failure {
-            step: step.name.clone(),
-            message,
-            cleanup,
-            took: step.started().elapsed(),
-        }
-    }
-}
-
-/// A failed call as the step's error: `[-] <what>: <the error>`.
-pub(super) fn failed<E: std::fmt::Display>(
-    step: &Step<'_>,
-    what: &str,
-    cleanup: Cleanup,
-) -> impl FnOnce(E) -> Failure {
-    move |e| {
-        Failure::new(
-            step,
-            format!("[-] {what}: {}", one_line(&e.to_string())),
-            cleanup,
-        )
-    }
-}
 
 /// A size as its validation step sets it, with an event when it changes:
 /// `[*] setting RAM to minimum 512 for system stability` (go-pve-qemu's words).
@@ -234,37 +182,6 @@ impl Engine {
         drop(held);
     }
 
-    /// Ends a job whose step failed: the error first, at that step; then
-    /// what §3.5 does about the VM, once one exists.
-    pub(super) async fn fail_job(
-        &self,
-        job: &JobHandle,
-        failure: Failure,
-        vm: Option<(u32, String)>,
-    ) {
-        job.metrics().step(&failure.step, false, failure.took);
-        job.emit(StepEvent {
-            step: failure.step.clone(),
-            status: StepStatus::Error,
-            message: failure.message,
-            vm_id: None,
-            ip: None,
-            host_key: None,
-        });
-        let outcome = match (failure.cleanup, vm) {
-            (Cleanup::Nothing, _) | (_, None) => VmOutcome::None,
-            (Cleanup::Keep, Some((vmid, _))) => {
-                let step = Step::new(job, Some("cleanup"), "keeping VM");
-                step.processing(format!("[*] VM {vmid} is kept for debugging"));
-                VmOutcome::Kept
-            }
-            (Cleanup::Destroy, Some((vmid, node))) => {
-                self.destroy_half_made(job, vmid, &node).await
-            }
-        };
-        job.finish(JobState::Failed, Some(outcome), Some(&failure.step));
-    }
-
     /// Reads now, beside the VMID probe, what the storage check and
     /// `qm create` need later: the cluster snapshot when it is not recent,
     /// the CPU baseline once per process. A failure here is told by the
@@ -277,37 +194,6 @@ impl Engine {
                 let _ = engine.cpu_baseline.detect(&engine.proxmox, nodes).await;
             }
         });
-    }
-
-    /// The cleanup of §3.5: force stop, then `qm destroy --purge --skiplock`.
-    pub(super) async fn destroy_half_made(
-        &self,
-        job: &JobHandle,
-        vmid: u32,
-        node: &str,
-    ) -> VmOutcome {
-        let step = Step::new(job, Some("cleanup"), "destroying VM");
-        step.processing(format!("[*] stopping and destroying VM {vmid}"));
-        if let Ok(ip) = self.allocator.address(vmid) {
-            self.forget_host(ip);
-        }
-        let stop = PowerAction::Stop { skiplock: true };
-        if let Err(e) = self.proxmox.power(node, vmid, stop).await {
-            step.processing(format!("[*] stop: {}", one_line(&e.to_string())));
-        }
-        match self.proxmox.destroy(node, vmid, true).await {
-            Ok(()) => {
-                step.success(&format!("[+] VM {vmid} destroyed"));
-                VmOutcome::Destroyed
-            }
-            Err(e) => {
-                step.processing(format!(
-                    "[-] could not destroy VM {vmid}: {}; it stays",
-                    one_line(&e.to_string())
-                ));
-                VmOutcome::Kept
-            }
-        }
     }
 
     /// Runs the stages; on failure returns what failed and, once a VM
@@ -511,7 +397,7 @@ impl Engine {
         })
     }
 
-    /// `VM creation > creating VM`: `qm create` (SPEC §3.3).
+    /// `VM creation > creating VM`: `qm create` (docs/provisioning.md#qm-create).
     async fn create(&self, job: &JobHandle, os: Os, plan: &Plan) -> Result<(), Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
         let tags = format!("{os};{}", scope::TAG);
@@ -526,7 +412,7 @@ impl Engine {
         .await
     }
 
-    /// `qm create` with the cluster's CPU baseline (SPEC §3.3): a failure
+    /// `qm create` with the cluster's CPU baseline (docs/provisioning.md#qm-create): a failure
     /// leaves no VM.
     pub(super) async fn create_vm(
         &self,
@@ -785,7 +671,7 @@ impl Engine {
     }
 
     /// `VM initialization > migrating VM` (a node was asked): a failure
-    /// keeps the VM (SPEC §3.5).
+    /// keeps the VM (docs/provisioning.md#failure-contract).
     pub(super) async fn migrate_step(
         &self,
         job: &JobHandle,
@@ -806,7 +692,7 @@ impl Engine {
     }
 
     /// `qm start` or `qm reboot`, then the wait for SSH: a failure of either
-    /// keeps the VM (SPEC §3.5), with the seed's message for each. The
+    /// keeps the VM (docs/provisioning.md#failure-contract), with the seed's message for each. The
     /// machine-id the guest told at that contact, if any.
     pub(super) async fn power_until_ready(
         &self,

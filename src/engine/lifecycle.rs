@@ -1,4 +1,4 @@
-//! Lifecycle of existing VMs (SPEC §4) with go-pve-qemu's preconditions:
+//! Lifecycle of existing VMs (docs/provisioning.md#lifecycle) with go-pve-qemu's preconditions:
 //! start, destroy, set/* and set/node need the VM stopped; stop, shutdown
 //! and reboot need it running.
 
@@ -7,16 +7,16 @@ use std::sync::Arc;
 use pvedeck_domain::os::Os;
 use pvedeck_domain::request::{Cores, Growth, MemoryMb, NodeName};
 use pvedeck_domain::types::{JobKind, JobState, VmOutcome};
+use pvedeck_proxmox::{GuestTarget, PowerAction, PveError, QmOptions};
 
 use super::disk::DiskError;
-use super::install::Cleanup;
+use super::failure::Cleanup;
 use super::readiness::Boot;
 use super::report::{Step, one_line};
 use super::scope::Scope;
 use super::stopping::stake;
 use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
-use pvedeck_proxmox::{GuestTarget, PowerAction, PveError, QmOptions};
 
 /// What a Proxmox refusal means for the client.
 fn refusal(vmid: u32, e: PveError) -> EngineError {
@@ -144,7 +144,7 @@ impl Engine {
             .await
     }
 
-    /// `qm set <id> --memory <mb> [--numa 1 --balloon n]` (SPEC §3.4).
+    /// `qm set <id> --memory <mb> [--numa 1 --balloon n]` (docs/provisioning.md#balloon-rules).
     pub async fn set_memory(&self, vmid: u32, memory: MemoryMb) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, false).await?;
         let memory = memory.get();
@@ -244,7 +244,7 @@ impl Engine {
             Some(vm.vmid),
             &format!("{} VM {}", kind.as_str(), vm.vmid),
         )?;
-        // Cut short, a power job leaves the VM as it is (SPEC §3.5).
+        // Cut short, a power job leaves the VM as it is (docs/provisioning.md#stopping-and-restarts).
         job.stake(stake(vm.vmid, &vm.node, Cleanup::Keep));
         let id = job.id();
         let engine = self.clone();
@@ -286,7 +286,7 @@ impl Engine {
     }
 
     /// Who to log in as: the VM's cloud-init user, else its OS's default
-    /// (SPEC §4: `rockylinux` → `rocky`), else root.
+    /// (docs/provisioning.md#lifecycle: `rockylinux` → `rocky`), else root.
     async fn login_user(&self, vm: &VmRef) -> Result<String, EngineError> {
         let config = self
             .proxmox

@@ -1,17 +1,16 @@
-//! The figures of `GET /api/vm/list` (SPEC §5), computed from Proxmox's
+//! The figures of `GET /api/vm/list` (docs/provisioning.md#the-vm-list), computed from Proxmox's
 //! cluster resources.
 
 use std::collections::BTreeMap;
-
-use pvedeck_domain::types::{ListFilter, NodeSummary, VmList, VmSummary};
-
 use std::sync::Arc;
+
+use pvedeck_config::Manage;
+use pvedeck_domain::types::{ListFilter, NodeSummary, VmList, VmSummary};
+use pvedeck_proxmox::{NodeResource, VmResource};
 
 use super::Allocator;
 use super::scope::Scope;
-use super::snapshot::Snapshot;
-use pvedeck_config::Manage;
-use pvedeck_proxmox::{NodeResource, VmResource};
+use super::snapshot::{Listed, Snapshot};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -36,22 +35,6 @@ fn wanted(filter: ListFilter, running: bool) -> bool {
         ListFilter::All => true,
         ListFilter::Running => running,
         ListFilter::Stopped => !running,
-    }
-}
-
-/// A list as every reader of one snapshot gets it: built and written as
-/// JSON once.
-#[derive(Debug)]
-pub struct Listed {
-    pub list: VmList,
-    pub json: Vec<u8>,
-}
-
-impl Listed {
-    fn new(list: VmList) -> Listed {
-        // Serializing plain data cannot fail; an empty body would be seen.
-        let json = serde_json::to_vec(&list).unwrap_or_default();
-        Listed { list, json }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Memory options of `qm create` and `qm set` with the balloon rules of
-//! SPEC §3.4.
+//! docs/provisioning.md#balloon-rules.
 
 use pvedeck_proxmox::QmOptions;
 

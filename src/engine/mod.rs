@@ -1,4 +1,4 @@
-//! The provisioning engine: every rule of SPEC §2–§5 lives here once, behind
+//! The provisioning engine: every rule of docs/provisioning.md lives here once, behind
 //! both faces (the `/api` handlers and the UI's server functions). It takes
 //! checked values (`pvedeck_domain::request`), reaches Proxmox only through the timed
 //! port (`pve::Timed`), and does not know which backend is behind it.
@@ -11,6 +11,7 @@ mod cpu;
 mod detail;
 mod disk;
 mod error;
+mod failure;
 mod identity;
 mod images;
 mod install;
@@ -78,7 +79,7 @@ pub struct Parts {
 
 /// The list with how old its data is.
 pub struct Listing {
-    pub listed: Arc<list::Listed>,
+    pub listed: Arc<snapshot::Listed>,
     pub age_ms: u64,
     pub stale: bool,
     pub failure: Option<String>,
@@ -154,7 +155,7 @@ impl Engine {
         self.jobs.metrics().render(self.cluster.age())
     }
 
-    /// `GET /api/vm/list` (SPEC §5), from the cluster snapshot, with its age.
+    /// `GET /api/vm/list` (docs/provisioning.md#the-vm-list), from the cluster snapshot, with its age.
     pub async fn list(&self, filter: ListFilter) -> Result<Listing, EngineError> {
         let view = self.cluster.read().await?;
         Ok(Listing {

@@ -1,4 +1,4 @@
-//! When a VM is ready: `<user>@<ip> echo ready` over SSH answers (SPEC §3
+//! When a VM is ready: `<user>@<ip> echo ready` over SSH answers (docs/provisioning.md#readiness
 //! `waiting for ready`, §4 `waiting for SSH`; the same session tells the
 //! machine-id, see `pve::READY_COMMAND`).
 //!
@@ -10,9 +10,10 @@
 
 use std::time::{Duration, Instant};
 
+use pvedeck_proxmox::GuestTarget;
+
 use super::Engine;
 use super::report::Step;
-use pvedeck_proxmox::GuestTarget;
 
 /// How often the port is knocked on.
 const PROBE_EVERY: Duration = Duration::from_millis(200);

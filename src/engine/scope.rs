@@ -11,6 +11,11 @@ use super::EngineError;
 
 /// The tag every VM pvedeck makes carries, beside its OS tag.
 pub const TAG: &str = "pvedeck";
+/// The tag that marks a golden template pvedeck built (beside the OS tag).
+pub const TEMPLATE_TAG: &str = "pvedeck-template";
+/// Beside [`TEMPLATE_TAG`]: a rebuild replaced the template, but linked
+/// clones still use its disk, so Proxmox keeps it. No clone comes from it.
+pub const RETIRED_TAG: &str = "pvedeck-retired";
 
 /// How a [`Manage`] setting judges a VM: the setting is read by the
 /// configuration, its meaning lives here with the engine.

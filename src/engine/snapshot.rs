@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use pvedeck_domain::types::VmList;
 use pvedeck_proxmox::{NodeResource, PveError, StorageStatus, Timed, VmResource};
 
 use crate::metrics::Metrics;
@@ -35,7 +36,23 @@ pub struct Snapshot {
     changes: u64,
     /// `/api/vm/list` of this snapshot, built once per filter (all, running,
     /// stopped) by the first reader that asks.
-    pub lists: [OnceLock<Arc<super::list::Listed>>; 3],
+    pub lists: [OnceLock<Arc<Listed>>; 3],
+}
+
+/// A list as every reader of one snapshot gets it: built and written as
+/// JSON once.
+#[derive(Debug)]
+pub struct Listed {
+    pub list: VmList,
+    pub json: Vec<u8>,
+}
+
+impl Listed {
+    pub fn new(list: VmList) -> Listed {
+        // Serializing plain data cannot fail; an empty body would be seen.
+        let json = serde_json::to_vec(&list).unwrap_or_default();
+        Listed { list, json }
+    }
 }
 
 /// A snapshot as a reader gets it.

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use tempfile::NamedTempFile;
 
 use super::Engine;
-use super::install::{Cleanup, Failure};
+use super::failure::{Cleanup, Failure};
 use super::report::{Out, Step};
 
 /// The public key files looked for, in order (as go-pve-qemu did).

@@ -1,6 +1,6 @@
 //! Stopping without leaving half-made VMs behind. A SIGTERM refuses new
 //! jobs (503) and gives the running ones `SHUTDOWN_GRACE_SECS` to end; past
-//! it they are interrupted *with* SPEC §3.5's cleanup. A process that was
+//! it they are interrupted *with* the failure contract's cleanup (docs/provisioning.md#stopping-and-restarts). A process that was
 //! killed instead leaves its jobs `running` in the database: the next one
 //! reconciles them at start-up. Both go by what each job recorded as its
 //! stake — the VMID, its node, and whether §3.5 destroys or keeps it at the
@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use pvedeck_domain::types::{JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_support::sync::lock;
 use tokio::sync::watch;
 
-use super::install::Cleanup;
+use super::failure::Cleanup;
 use super::report::{Step, one_line};
-use super::{Engine, EngineError, scope, templates};
+use super::{Engine, EngineError, scope};
 use crate::jobs::{JobHandle, OnStop, Stake};
 
 /// What the engine knows about stopping.
@@ -52,7 +53,7 @@ struct Counted {
 
 impl Counted {
     fn new(stopping: &Stopping, job: &Arc<JobHandle>) -> Counted {
-        let mut running = stopping.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = lock(&stopping.running);
         running.insert(job.id(), Arc::downgrade(job));
         stopping.count.send_replace(running.len());
         Counted {
@@ -65,7 +66,7 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = lock(&self.running);
         running.remove(&self.id);
         self.count.send_replace(running.len());
     }
@@ -73,7 +74,7 @@ impl Drop for Counted {
 
 impl Stopping {
     fn running(&self) -> Vec<Arc<JobHandle>> {
-        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let running = lock(&self.running);
         running.values().filter_map(Weak::upgrade).collect()
     }
 }
@@ -321,7 +322,7 @@ impl Engine {
             ));
             return VmOutcome::None;
         };
-        let ours = vm.has_tag(scope::TAG) || vm.has_tag(templates::TAG);
+        let ours = vm.has_tag(scope::TAG) || vm.has_tag(scope::TEMPLATE_TAG);
         match stake.on_stop {
             OnStop::Destroy if ours => self.destroy_half_made(job, vmid, &vm.node).await,
             OnStop::Destroy => {

@@ -1,9 +1,10 @@
-//! `preparation > checking storage pool` (SPEC §3): `ASSIGN_STORAGE` must be
+//! `preparation > checking storage pool` (docs/provisioning.md#storage-check): `ASSIGN_STORAGE` must be
 //! listed by `pvesm status --content images` (so its content allows disk
 //! images), active, and of a type that holds VM disks.
 
-use super::report::one_line;
 use pvedeck_proxmox::{PveError, StorageStatus};
+
+use super::report::one_line;
 
 /// Storage types a VM disk can be imported to.
 const STORAGE_TYPES: [&str; 4] = ["dir", "zfspool", "lvmthin", "nfs"];

@@ -1,4 +1,4 @@
-//! Golden templates (issue 10): one per OS release, built once by a job of
+//! Golden templates (docs/provisioning.md#golden-templates): one per OS release, built once by a job of
 //! its own. The cached image is imported into a VM of the template range,
 //! which boots on an address borrowed from the pool, runs the init script
 //! (guest agent, locale, time zone, swap) and has its identity cleaned —
@@ -12,22 +12,18 @@ use std::time::Instant;
 
 use pvedeck_domain::os::Release;
 use pvedeck_domain::types::{JobKind, JobState, TemplateInfo};
+use pvedeck_proxmox::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
+use pvedeck_support::sync::lock;
 
 use super::allocator::Reservation;
-use super::install::{Cleanup, Failure, failed};
+use super::failure::{Cleanup, Failure, failed};
 use super::readiness::Boot;
 use super::report::{Out, Step};
+use super::scope::{RETIRED_TAG as RETIRED, TEMPLATE_TAG as TAG};
 use super::stopping::stake;
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
 use crate::store::TemplateBuilt;
-use pvedeck_proxmox::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
-
-/// The tag that marks a template pvedeck built (beside the os tag).
-pub const TAG: &str = "pvedeck-template";
-/// Beside [`TAG`]: a rebuild replaced the template, but linked clones
-/// still use its disk, so Proxmox keeps it. No clone comes from it.
-pub const RETIRED: &str = "pvedeck-retired";
 
 /// What removes a booted guest's identity: the next boot (a clone's first)
 /// writes a new machine-id and new host keys.
@@ -88,17 +84,14 @@ impl Engine {
 
 impl Drop for Building<'_> {
     fn drop(&mut self) {
-        let mut builds = self.builds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut builds = lock(self.builds);
         builds.remove(&self.vmid);
     }
 }
 
 impl Engine {
     pub(super) fn builds(&self) -> BTreeMap<u32, (String, u64)> {
-        self.template_builds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.template_builds).clone()
     }
 
     /// A template pvedeck built: in the template range, tagged.
@@ -203,10 +196,7 @@ impl Engine {
         // Checking, choosing the id and starting the job under one lock: two
         // requests cannot both build the release or take the same id.
         let (vmid, job) = {
-            let mut builds = self
-                .template_builds
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut builds = lock(&self.template_builds);
             if let Some((_, job)) = builds.values().find(|(n, _)| *n == name) {
                 return Err(EngineError::Conflict(format!(
                     "template {name} is being built (job {job})"
@@ -269,10 +259,7 @@ impl Engine {
                 }
                 // Ready before the job says so: whoever follows the job (an
                 // install waiting for this template) finds it at once.
-                self.template_builds
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&vmid);
+                lock(&self.template_builds).remove(&vmid);
                 if let Some(old) = replacing {
                     self.retire(job, &release, old).await;
                 }

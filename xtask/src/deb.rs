@@ -95,6 +95,22 @@ pub fn config_file(example: &str) -> String {
     out
 }
 
+/// The package's README: the repository's, then the documents an admin of
+/// an installed pvedeck needs without the repository at hand — every
+/// setting (what the configuration file points to) and operations (the
+/// unit, the cli backend's drop-in, metrics, the client).
+fn package_readme(root: &Path) -> Result<String, Failed> {
+    let mut out = String::new();
+    for file in ["README.md", "docs/configuration.md", "docs/operations.md"] {
+        let text = std::fs::read_to_string(root.join(file)).map_err(io(file))?;
+        if !out.is_empty() {
+            out.push_str("\n---\n\n");
+        }
+        out.push_str(&text);
+    }
+    Ok(out)
+}
+
 fn arch() -> Result<String, Failed> {
     output(Command::new("dpkg").arg("--print-architecture"))
         .map(|a| a.trim().to_string())
@@ -181,7 +197,7 @@ pub fn build(root: &Path) -> Result<PathBuf, Failed> {
         )?;
         let example =
             std::fs::read_to_string(root.join(".env.example")).map_err(io(".env.example"))?;
-        let readme = std::fs::read_to_string(root.join("README.md")).map_err(io("README.md"))?;
+        let readme = package_readme(root)?;
         let doc = stage.join("usr/share/doc/pvedeck");
         write(&doc.join("README.md"), &readme, 0o644)?;
         write(&doc.join("pvedeck.env.example"), &example, 0o644)?;

@@ -44,12 +44,34 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         println!("    server at {url}, log in target/e2e/server.log");
         let result = status(&mut browser_tests(root, &url, &out));
         drop(server);
-        result
+        result?;
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            readme_pictures(root, &out.join("screenshots"))?;
+        }
+        Ok(())
     })?;
     step(
         "browser tests again with PVE_BACKEND=api (the simulator's REST face)",
         || api::run(root),
     )
+}
+
+/// The README's pictures are two of the browser tests' screenshots:
+/// `UPDATE_DOCS=1 cargo xtask e2e` puts the fresh ones in `docs/images/`.
+const README_PICTURES: [(&str, &str); 2] = [
+    ("overview.png", "overview.png"),
+    ("install-live.png", "install.png"),
+];
+
+fn readme_pictures(root: &Path, screenshots: &Path) -> Result<(), Failed> {
+    let images = root.join("docs/images");
+    std::fs::create_dir_all(&images).map_err(io("docs/images"))?;
+    for (shot, picture) in README_PICTURES {
+        std::fs::copy(screenshots.join(shot), images.join(picture))
+            .map_err(io(&format!("docs/images/{picture}")))?;
+        println!("    docs/images/{picture} from the browser tests' {shot}");
+    }
+    Ok(())
 }
 
 /// Empties `dir` (what a previous run left) and makes it.

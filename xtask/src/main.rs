@@ -17,6 +17,7 @@ mod run;
 mod setup;
 mod site;
 mod soak;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,7 +25,7 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb|docs|tidy>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
   site   build only the browser bundle into target/site
@@ -34,9 +35,12 @@ const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb>
          concurrent followers large bundle)
   soak   build the server, load it for 30 min (--minutes N): errors, RSS
   deb    build the site and the server, write and check the Debian package
-         (target/debian/pvedeck_<version>_<arch>.deb)";
+         (target/debian/pvedeck_<version>_<arch>.deb)
+  docs   write docs/configuration.md and docs/openapi.json from the code
+  tidy   check the repository's shape: links into docs/, README's size,
+         no import cycle between modules";
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -63,6 +67,8 @@ fn main() -> ExitCode {
             .and_then(|()| build_server(&root))
             .and_then(|()| deb::build(&root))
             .and_then(|deb| deb::check(&root, &deb)),
+        Some("docs") => docs(&root),
+        Some("tidy") => run::step("repository checks", || tidy::run(&root)),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -115,6 +121,19 @@ fn build_server(root: &Path) -> Result<(), Failed> {
     })
 }
 
+/// The documents made from the code: the configuration reference (from
+/// `pvedeck_config::reference`) and the OpenAPI document (from the
+/// server's `api::openapi`). Their tests compare and, with `UPDATE_DOCS`,
+/// write; run with the test command's build, so nothing is built twice.
+fn docs(root: &Path) -> Result<(), Failed> {
+    run::step("write docs/configuration.md and docs/openapi.json", || {
+        let mut args = vec!["test", "--release", "--lib"];
+        args.extend(SERVER);
+        args.push("generated_docs_are_current");
+        run::cargo_env(root, &args, &[("UPDATE_DOCS", "1")])
+    })
+}
+
 fn serve(root: &Path) -> Result<(), Failed> {
     setup::build_tools(root)?;
     site::build(root)?;
@@ -137,6 +156,7 @@ fn test(root: &Path) -> Result<(), Failed> {
     let started = Instant::now();
     setup::build_tools(root)?;
     setup::test_tools(root)?;
+    run::step("repository checks (cargo xtask tidy)", || tidy::run(root))?;
     run::step("format check", || {
         cargo(root, &["fmt", "--all", "--", "--check"])
     })?;

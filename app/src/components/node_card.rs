@@ -1,9 +1,9 @@
 use leptos::prelude::*;
+use pvedeck_domain::format::num;
+use pvedeck_domain::types::{NodeSpark, NodeSummary};
 
 use crate::components::bar::Bar;
 use crate::components::chart::Sparkline;
-use pvedeck_domain::format::num;
-use pvedeck_domain::types::{NodeSpark, NodeSummary};
 
 fn share(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {

@@ -1,12 +1,12 @@
 use leptos::either::Either;
 use leptos::prelude::*;
+use pvedeck_domain::timeline::{StepView, failure, group, summary};
+use pvedeck_domain::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, VmOutcome};
 
 use crate::api::get_job;
 use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use pvedeck_domain::timeline::{StepView, failure, group, summary};
-use pvedeck_domain::types::{JobDetail, JobEvent, JobKind, JobState, StepStatus, VmOutcome};
 
 fn status_word(status: StepStatus) -> &'static str {
     match status {

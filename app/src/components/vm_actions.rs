@@ -1,7 +1,7 @@
 use leptos::prelude::*;
+use pvedeck_domain::types::{VmAction, VmSummary};
 
 use crate::api::act_on_vm;
-use pvedeck_domain::types::{VmAction, VmSummary};
 
 /// What an action left to say: a job to follow, or a refusal.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,9 @@
 use leptos::prelude::*;
+use pvedeck_domain::format::num;
+use pvedeck_domain::types::{ListFilter, VmSummary};
 
 use crate::components::vm_actions::{Outcome, VmActions};
 use crate::keys;
-use pvedeck_domain::format::num;
-use pvedeck_domain::types::{ListFilter, VmSummary};
 
 fn state_label(vm: &VmSummary) -> String {
     match &vm.lock {

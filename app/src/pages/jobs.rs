@@ -3,14 +3,14 @@ use std::time::Duration;
 use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::use_params_map;
+use pvedeck_domain::format::{duration, utc};
+use pvedeck_domain::types::Job;
 
 use crate::api::get_jobs;
 use crate::components::timeline::JobView;
 use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use pvedeck_domain::format::{duration, utc};
-use pvedeck_domain::types::Job;
 
 /// `/jobs`: every job, newest first.
 #[component]

@@ -2,15 +2,15 @@ use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
+use pvedeck_domain::os::Os;
+use pvedeck_domain::request::{self, Field as Sent, InstallBody, Refusal, Version};
+use pvedeck_domain::rules::{self, Clamp, messages};
+use pvedeck_domain::types::Catalog;
 
 use crate::api::{get_catalog, start_install};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
-use pvedeck_domain::os::Os;
-use pvedeck_domain::request::{self, Field as Sent, InstallBody, Refusal, Version};
-use pvedeck_domain::rules::{self, Clamp, messages};
-use pvedeck_domain::types::Catalog;
 
 /// The page of job `id`, in place of the form (the server renders it with
 /// the events so far; the back button does not return to a sent form).

@@ -2,10 +2,10 @@ use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::Meta;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use pvedeck_domain::types::Timeframe;
 
 use crate::api::get_node_charts;
 use crate::components::chart::Chart;
-use pvedeck_domain::types::Timeframe;
 
 /// `/node/:name[?tf=hour|day|week]`: a node's CPU, RAM, network and IO
 /// delay over time, as SVG the server draws. Not an island: a lazy island

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
+use pvedeck_domain::types::{ListFilter, Overview as Data};
 
 use crate::api::get_overview;
 use crate::components::node_card::NodeCard;
@@ -9,7 +10,6 @@ use crate::components::vm_table::VmTable;
 use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use pvedeck_domain::types::{ListFilter, Overview as Data};
 
 /// How often the overview asks the server again once hydrated.
 const REFRESH: Duration = Duration::from_secs(2);

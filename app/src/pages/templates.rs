@@ -1,16 +1,16 @@
 use std::time::Duration;
 
 use leptos::prelude::*;
+use pvedeck_domain::format::{age, utc};
+use pvedeck_domain::os::RELEASES;
+use pvedeck_domain::request::{Field, TemplateBody, Version};
+use pvedeck_domain::types::{TemplateInfo, TemplatesPage};
 
 use crate::api::{build_template, delete_template, get_templates, rebuild_template};
 use crate::components::vm_actions::{Outcome, OutcomeNote};
 use crate::error::UiError;
 use crate::keys;
 use crate::refresh::Latest;
-use pvedeck_domain::format::{age, utc};
-use pvedeck_domain::os::RELEASES;
-use pvedeck_domain::request::{Field, TemplateBody, Version};
-use pvedeck_domain::types::{TemplateInfo, TemplatesPage};
 
 /// `/templates`: a golden template per release, its state, age and image,
 /// and the buttons that build, rebuild and delete them.
@@ -40,6 +40,10 @@ pub struct Row {
     pub template: Option<TemplateInfo>,
     /// `5 min ago`, by the server's clock.
     pub age: Option<String>,
+}
+
+fn row_key(row: &Row) -> u64 {
+    keys::hash(row)
 }
 
 /// Every release, with the template clones come from (if any); then the
@@ -156,7 +160,7 @@ fn LiveTemplates(initial: Result<TemplatesPage, UiError>) -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody>
-                    <For each=lines key=keys::template_row let:row>
+                    <For each=lines key=row_key let:row>
                         <TemplateRow row ask busy confirming/>
                     </For>
                 </tbody>

@@ -1,6 +1,9 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+use pvedeck_domain::format::num;
+use pvedeck_domain::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
+use pvedeck_domain::types::{Resize, VmDetail};
 
 use crate::api::{get_vm, migrate_vm, resize_vm};
 use crate::components::field::Field;
@@ -9,9 +12,6 @@ use crate::components::timeline::JobPanel;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
 use crate::error::UiError;
 use crate::refresh::Latest;
-use pvedeck_domain::format::num;
-use pvedeck_domain::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
-use pvedeck_domain::types::{Resize, VmDetail};
 
 /// What an input holds as the `set/*` body it becomes.
 fn cpu_change(typed: &str) -> Resize {

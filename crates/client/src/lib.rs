@@ -12,6 +12,7 @@
 
 mod args;
 mod connection;
+mod failure;
 mod show;
 mod sse;
 
@@ -21,7 +22,8 @@ use clap::Parser;
 
 pub use args::Cli;
 use args::{Command, JobsCommand, VmCommand};
-use connection::{Connection, Failure};
+use connection::Connection;
+use failure::Failure;
 use show::Show;
 
 /// What a run ends with.

@@ -6,11 +6,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use pvedeck_domain::format::age;
 use pvedeck_domain::timeline::{self, progress_of};
 use pvedeck_domain::types::{Job, JobEvent, JobState, StepEvent, StepStatus, VmList, VmOutcome};
+use pvedeck_support::clock::now_ms;
 use serde_json::{Value, json};
 
 use super::Exit;
-use super::connection::Failure;
-use pvedeck_support::clock::now_ms;
+use super::failure::Failure;
 
 pub struct Show {
     json: bool,

@@ -1,4 +1,4 @@
-//! Every setting of SPEC §1, read once from the environment into typed values.
+//! Every setting (docs/configuration.md), read once from the environment into typed values.
 //!
 //! A bad value is reported as one line naming the variable, the value and what
 //! was expected; `main` prints it and exits with code 2.
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub mod allow;
 pub mod pve_api;
+pub mod reference;
 pub mod sites;
 
 use pvedeck_domain::os::Os;
@@ -147,7 +148,7 @@ fn invalid(var: &str, value: &str, expected: impl Into<String>) -> ConfigError {
 pub enum BackendKind {
     Sim,
     Cli,
-    /// Proxmox's REST API with an API token (issue 12).
+    /// Proxmox's REST API with an API token (docs/backends.md#the-api-backend).
     Api,
 }
 
@@ -268,7 +269,7 @@ impl Config {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        Vars(&vars).parse()
+        Vars::new(&vars).parse()
     }
 
     /// What a real cluster is open to with these settings: anyone who
@@ -296,16 +297,49 @@ impl Config {
 
 /// Looks variables up; empty values count as unset, as go-pve-qemu's
 /// `os.Getenv(..) == ""` checks did.
-struct Vars<'a>(&'a BTreeMap<String, String>);
+struct Vars<'a> {
+    all: &'a BTreeMap<String, String>,
+    /// Every name looked up (a family such as `NODE_<name>` as written
+    /// so): the test that keeps docs/configuration.md whole compares it
+    /// with the reference.
+    read: std::cell::RefCell<std::collections::BTreeSet<&'static str>>,
+}
 
-impl Vars<'_> {
-    fn get(&self, var: &str) -> Option<&str> {
-        self.0.get(var).map(|v| v.trim()).filter(|v| !v.is_empty())
+impl<'a> Vars<'a> {
+    fn new(all: &'a BTreeMap<String, String>) -> Vars<'a> {
+        Vars {
+            all,
+            read: Default::default(),
+        }
+    }
+
+    fn note(&self, name: &'static str) {
+        self.read.borrow_mut().insert(name);
+    }
+
+    /// `(name, value)` of every variable whose name starts with `prefix`
+    /// (a family, documented as `family`).
+    fn family(
+        &self,
+        prefix: &str,
+        family: &'static str,
+    ) -> impl Iterator<Item = (&'a String, &'a String)> {
+        self.note(family);
+        let prefix = prefix.to_string();
+        self.all.iter().filter(move |(k, _)| k.starts_with(&prefix))
+    }
+
+    fn get(&self, var: &'static str) -> Option<&'a str> {
+        self.note(var);
+        self.all
+            .get(var)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
     }
 
     fn parse_with<T>(
         &self,
-        var: &str,
+        var: &'static str,
         expected: &str,
         parse: impl Fn(&str) -> Option<T>,
     ) -> Result<Option<T>, ConfigError> {
@@ -317,7 +351,7 @@ impl Vars<'_> {
         }
     }
 
-    fn int_in(&self, var: &str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
+    fn int_in(&self, var: &'static str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
         // An upper bound that no one would type is not worth naming.
         let expected = if max >= u64::from(u32::MAX) {
             format!("is not an integer >= {min}")
@@ -329,17 +363,17 @@ impl Vars<'_> {
         })
     }
 
-    fn u32_in(&self, var: &str, min: u32, max: u32) -> Result<Option<u32>, ConfigError> {
+    fn u32_in(&self, var: &'static str, min: u32, max: u32) -> Result<Option<u32>, ConfigError> {
         Ok(self
             .int_in(var, u64::from(min), u64::from(max))?
             .and_then(|n| u32::try_from(n).ok()))
     }
 
-    fn ipv4(&self, var: &str) -> Result<Option<Ipv4Addr>, ConfigError> {
+    fn ipv4(&self, var: &'static str) -> Result<Option<Ipv4Addr>, ConfigError> {
         self.parse_with(var, "is not an IPv4 address", |raw| raw.parse().ok())
     }
 
-    fn port(&self, var: &str, allow_zero: bool) -> Result<Option<u16>, ConfigError> {
+    fn port(&self, var: &'static str, allow_zero: bool) -> Result<Option<u16>, ConfigError> {
         let min = u64::from(!allow_zero);
         let expected = if allow_zero {
             "is not a port number (0-65535, 0 picks a free port)"
@@ -356,7 +390,7 @@ impl Vars<'_> {
         let public = self.parse_with("PUBLIC_URL", "is not an http:// or https:// URL", |raw| {
             sites::origin(raw, true)
         })?;
-        let list = |var: &str| {
+        let list = |var: &'static str| {
             self.get(var)
                 .map(|raw| {
                     raw.split([',', ' '])
@@ -469,7 +503,7 @@ impl Vars<'_> {
             (None, _) => return Err(required("ASSIGN_STORAGE")),
         };
 
-        // SPEC §1: clamp to 100..=254 and swap a reversed range rather than refuse it.
+        // docs/provisioning.md#vmid-allocation: clamp to 100..=254 and swap a reversed range rather than refuse it.
         let (low, high) = (*VMID_ADDRESSES.start(), *VMID_ADDRESSES.end());
         let clamp = |n: u64| n.clamp(u64::from(low), u64::from(high)) as u8;
         let start = clamp(self.int_in("ASSIGN_IP_START", 0, u64::MAX)?.unwrap_or(100));
@@ -480,7 +514,7 @@ impl Vars<'_> {
             (end, start)
         };
 
-        let id = |var: &str, default: u64| -> Result<u32, ConfigError> {
+        let id = |var: &'static str, default: u64| -> Result<u32, ConfigError> {
             let n = self.int_in(var, 100, 999_999_999)?.unwrap_or(default);
             Ok(u32::try_from(n).unwrap_or(u32::MAX))
         };
@@ -740,7 +774,7 @@ impl Vars<'_> {
     /// lower-case letters, so a suffix without one is not ours.
     fn nodes(&self) -> Result<BTreeMap<String, Ipv4Addr>, ConfigError> {
         let mut nodes = BTreeMap::new();
-        for (var, raw) in self.0 {
+        for (var, raw) in self.family("NODE_", "NODE_<name>") {
             let Some(name) = var.strip_prefix("NODE_") else {
                 continue;
             };
@@ -840,7 +874,7 @@ impl Vars<'_> {
 
     fn image_bases(&self) -> Result<BTreeMap<Os, String>, ConfigError> {
         let mut bases = BTreeMap::new();
-        for (var, raw) in self.0 {
+        for (var, raw) in self.family("IMAGE_BASE_", "IMAGE_BASE_<OS>") {
             let Some(os) = var.strip_prefix("IMAGE_BASE_") else {
                 continue;
             };
@@ -909,6 +943,43 @@ fn parse_reserved(raw: &str) -> Result<BTreeMap<u32, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every variable the parser looks up, over a start of each backend
+    /// (what docs/configuration.md must describe).
+    pub(crate) fn variables_read() -> std::collections::BTreeSet<&'static str> {
+        let starts: [&[(&str, &str)]; 3] = [
+            &[],
+            &[
+                ("PVE_BACKEND", "cli"),
+                ("GATEWAY", "10.0.0.1"),
+                ("MAIN_NODE", "pve1"),
+                ("NODE_pve1", "10.0.0.11"),
+                ("ASSIGN_STORAGE", "local-lvm"),
+                ("HOME", "/root"),
+            ],
+            &[
+                ("PVE_BACKEND", "api"),
+                ("GATEWAY", "10.0.0.1"),
+                ("MAIN_NODE", "pve1"),
+                ("ASSIGN_STORAGE", "local-lvm"),
+                ("PVE_API_URL", "https://pve1:8006"),
+                ("PVE_API_TOKEN", "pvedeck@pve!deck=secret"),
+                ("PVE_API_INSECURE", "1"),
+                ("HOME", "/root"),
+            ],
+        ];
+        let mut read = std::collections::BTreeSet::new();
+        for start in starts {
+            let all: BTreeMap<String, String> = start
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let vars = Vars::new(&all);
+            vars.parse().expect("a valid start");
+            read.extend(vars.read.into_inner());
+        }
+        read
+    }
 
     fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_vars(vars.iter().copied())

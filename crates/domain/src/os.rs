@@ -1,4 +1,4 @@
-//! The operating systems pvedeck installs (SPEC §3.2): the one table of
+//! The operating systems pvedeck installs (docs/provisioning.md#os-images): the one table of
 //! releases, their cloud image locations and default users. The server, the
 //! request checks, the OpenAPI document and the create form all read it.
 

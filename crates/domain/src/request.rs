@@ -217,7 +217,7 @@ impl fmt::Display for NodeName {
     }
 }
 
-/// `POST /api/vm/install` (SPEC §3).
+/// `POST /api/vm/install` (docs/provisioning.md#install-request).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Install))]
 pub struct InstallBody {
@@ -276,7 +276,7 @@ pub struct InstallBody {
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum InstallMethod {
-    /// Import the cloud image, boot, run the init script, reboot (SPEC §3).
+    /// Import the cloud image, boot, run the init script, reboot (docs/provisioning.md#the-install-pipeline).
     #[default]
     Import,
     /// Clone the golden template; ready when cloud-init is done.
@@ -294,7 +294,7 @@ impl InstallMethod {
 }
 
 /// A checked install request. The sizes keep the values asked for:
-/// clamping them is a pipeline step of its own, with events (SPEC §3).
+/// clamping them is a pipeline step of its own, with events (docs/provisioning.md#clamping).
 #[derive(Debug, Clone)]
 pub struct InstallRequest {
     pub release: Release,
@@ -396,7 +396,7 @@ impl Body for InstallBody {
             return refuse(refused);
         }
 
-        // A VMID asked for is the allocator's to judge (SPEC §3.1).
+        // A VMID asked for is the allocator's to judge (docs/provisioning.md#vmid-allocation).
         let id = integer(self.id, "id")?.filter(|id| *id != 0);
 
         let node = match text(self.node, "node")?.filter(|n| !n.is_empty()) {
@@ -486,7 +486,7 @@ impl Body for SetCpu {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SetMemory {
-    /// MB, at least 512, at most `VM_MAX_RAM`; the balloon follows SPEC §3.4.
+    /// MB, at least 512, at most `VM_MAX_RAM`; the balloon follows docs/provisioning.md#balloon-rules.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = i64, required = true))]
     pub memory: Field<i64>,

@@ -1,5 +1,5 @@
 //! The rules of what a request may hold and of what the install does with the
-//! sizes it is given (SPEC §2, §3), in one place. The request checks
+//! sizes it is given (docs/provisioning.md#clamping), in one place. The request checks
 //! (`request.rs`), the engine and the pages (which check as you type) all call
 //! these; none of them words a rule of its own.
 
@@ -42,7 +42,7 @@ pub struct Limits {
     pub max_disk_gb: Option<u32>,
 }
 
-/// What the install's validation steps do to a size (SPEC §3).
+/// What the install's validation steps do to a size (docs/provisioning.md#clamping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clamp<T> {
     Kept(T),

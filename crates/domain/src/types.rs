@@ -28,7 +28,7 @@ impl ListFilter {
     }
 }
 
-/// The response of `GET /api/vm/list` (SPEC §5). The first keys are
+/// The response of `GET /api/vm/list` (docs/provisioning.md#the-vm-list). The first keys are
 /// go-pve-qemu's; the ones after them are pvedeck's additions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -329,7 +329,7 @@ pub enum JobState {
     Interrupted,
 }
 
-/// What became of the VM when a job failed (SPEC §3.5).
+/// What became of the VM when a job failed (docs/provisioning.md#failure-contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

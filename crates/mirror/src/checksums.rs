@@ -1,4 +1,4 @@
-//! The checksum lists mirrors publish beside their images (issue 11): Debian's
+//! The checksum lists mirrors publish beside their images (docs/security.md#images): Debian's
 //! `SHA512SUMS` and Ubuntu's `SHA256SUMS` in `sha*sum`'s own format, Rocky's
 //! `CHECKSUM` in the BSD (`--tag`) format with `#` comments. pvedeck's record
 //! of a verified cache file uses the `sha*sum` format as well, so that an

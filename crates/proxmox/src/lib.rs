@@ -4,7 +4,7 @@
 //! the same types.
 //!
 //! Every `qm` operation names the node it runs on: `qm` only acts on VMs
-//! whose configuration lives on that node (SPEC §8).
+//! whose configuration lives on that node (docs/backends.md#where-qm-acts).
 
 pub mod api;
 pub mod cli;

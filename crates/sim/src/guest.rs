@@ -4,12 +4,13 @@
 
 use std::net::Ipv4Addr;
 
-use super::faults::Strike;
-use super::state::Guest;
-use super::{SimCluster, timing};
 use pvedeck_domain::scripts;
 use pvedeck_proxmox::{GuestCommand, GuestTarget, LineSink, PveError, known_hosts};
 use pvedeck_support::clock::now_ms;
+
+use super::faults::Strike;
+use super::state::Guest;
+use super::{SimCluster, timing};
 
 /// How a guest at an address looks from outside right now.
 enum Knock {

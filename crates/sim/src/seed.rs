@@ -1,5 +1,5 @@
 //! The demo cluster: three nodes of different CPU generations (so the CPU
-//! baseline of SPEC §3.3 has something to decide), two local storages and an
+//! baseline (docs/provisioning.md#cpu-baseline) has something to decide), two local storages and an
 //! unreachable NFS share, and a handful of guests in several states.
 //!
 //! The numbers are chosen so that the figures of `/api/vm/list` can be worked
@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use super::state::{ClusterState, Guest, GuestKind, Inside, SimNode, SimStorage, SimVm};
 use pvedeck_proxmox::CpuInfo;
 use pvedeck_proxmox::drive::{GIB, MIB};
 use pvedeck_support::clock::now_ms;
+
+use super::state::{ClusterState, Guest, GuestKind, Inside, SimNode, SimStorage, SimVm};
 
 const BASE_FLAGS: &str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat \
      pse36 clflush mmx fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good \

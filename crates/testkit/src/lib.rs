@@ -1,6 +1,6 @@
 //! What the property tests (`mod fuzz` beside each parser) share: their
 //! configuration and the inputs they feed the parsers — arbitrary text, and
-//! real Proxmox output (`shared/proxmox/FORMATS.md`) with random edits, which
+//! real Proxmox output (docs/backends.md#proxmox-facts) with random edits, which
 //! gets past the first check of a parser to the code behind it.
 
 use proptest::prelude::*;

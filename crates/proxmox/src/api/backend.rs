@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pvedeck_config::ImageFetch;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -21,7 +22,6 @@ use crate::{
     NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
     VmResource,
 };
-use pvedeck_config::ImageFetch;
 
 /// How often a running task is looked at.
 const TASK_POLL: Duration = Duration::from_millis(250);

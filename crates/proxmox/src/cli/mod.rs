@@ -11,13 +11,13 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pvedeck_config::Config;
+use run::{Output, Runner};
 
 use crate::{
     AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
     PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus, VmResource,
 };
-use pvedeck_config::Config;
-use run::{Output, Runner};
 
 /// What `probe` allows a connection attempt.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -226,7 +226,7 @@ impl Pve for CliBackend {
         disk: &str,
         size: &str,
     ) -> Result<String, PveError> {
-        // SPEC §3 grows to a size with `qm resize`, §4 by an amount with
+        // The install grows to a size with `qm resize`, a resize by an amount with
         // `qm disk resize`. Both exit 0 when their task failed: the engine
         // reads the size back.
         let mut args: Vec<String> = if size.starts_with('+') {

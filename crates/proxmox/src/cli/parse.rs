@@ -1,5 +1,5 @@
 //! Parsers for what `pvesh`, `pvesm` and `qm` print (formats in
-//! `shared/proxmox/FORMATS.md`). Output that does not parse is an error
+//! `docs/backends.md#output-the-cli-backend-reads`). Output that does not parse is an error
 //! naming the command and the offending line, never a panic.
 
 use std::collections::BTreeMap;
@@ -140,7 +140,7 @@ mod tests {
     use super::*;
     use crate::{NodeResource, NodeStatus, VmResource};
 
-    // Real outputs, from shared/proxmox/FORMATS.md.
+    // Real outputs (docs/backends.md#proxmox-facts).
     const PVESM_NEW: &str = "\
 Name             Type     Status     Total (KiB)      Used (KiB) Available (KiB)        %
 local             dir     active        98497780        11778920        81669312   11.96%
@@ -303,7 +303,7 @@ nas                    nfs   inactive               0               0           
 }
 
 /// Property tests: no output, however mangled, makes a parser panic; what
-/// Proxmox prints in the formats of `FORMATS.md` reads back as written.
+/// Proxmox prints in the formats of docs/backends.md#proxmox-facts reads back as written.
 #[cfg(test)]
 mod fuzz {
     use std::collections::BTreeMap;
@@ -314,7 +314,7 @@ mod fuzz {
     use crate::{NodeResource, NodeStatus, VmResource};
     use pvedeck_testkit::{config, json_value, output};
 
-    /// Real outputs of every command these parsers read (`FORMATS.md`).
+    /// Real outputs of every command these parsers read (docs/backends.md#proxmox-facts).
     const SEEDS: &[&str] = &[
         r#"[{"cpu":0.0123,"disk":0,"diskread":51511296,"diskwrite":8192,"id":"qemu/101","maxcpu":2,"maxdisk":34359738368,"maxmem":2147483648,"mem":734003200,"memhost":812646400,"name":"web1","netin":12345,"netout":6789,"node":"pve1","status":"running","tags":"prod;web","template":0,"type":"qemu","uptime":3600,"vmid":101},{"id":"qemu/102","node":"pve1","status":"unknown","type":"qemu","vmid":102}]"#,
         r#"[{"cgroup-mode":2,"cpu":0.0286,"disk":12836159488,"id":"node/pve1","level":"","maxcpu":8,"maxdisk":13471539200,"maxmem":33537990656,"mem":1818017792,"node":"pve1","status":"online","type":"node","uptime":22924},{"id":"node/pve2","level":"","maxcpu":8,"maxdisk":13471539200,"maxmem":33537990656,"node":"pve2","status":"offline","type":"node"}]"#,

@@ -5,11 +5,12 @@
 //! other is "not found", so nothing relies on a command the guest would not
 //! understand.
 
+use pvedeck_proxmox::{AgentExec, PveError};
+use pvedeck_support::clock::now_ms;
+
 use super::{fail, vm_mut, vm_on};
 use crate::state::{Guest, SimVm};
 use crate::{SimCluster, timing};
-use pvedeck_proxmox::{AgentExec, PveError};
-use pvedeck_support::clock::now_ms;
 
 /// Whether `agent: 1` (or `enabled=1,…`) is in the config.
 fn agent_enabled(vm: &SimVm) -> bool {

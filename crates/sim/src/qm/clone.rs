@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use pvedeck_proxmox::{CloneMode, LineSink, PveError};
+
 use super::{fail, render_bytes, vm_mut, vm_on};
 use crate::state::{ClusterState, Guest, SimVm};
 use crate::{SimCluster, timing};
-use pvedeck_proxmox::{CloneMode, LineSink, PveError};
 
 /// Config keys that hold a disk or a CD-ROM.
 fn is_drive_key(key: &str) -> bool {

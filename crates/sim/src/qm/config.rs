@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 
 use pvedeck_domain::rules::is_openssh_key;
+use pvedeck_proxmox::PveError;
+use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
 
 use super::{fail, render, update_line, vm_mut, vm_on};
 use crate::params::{self, Verb};
 use crate::state::SimStorage;
 use crate::{SimCluster, timing};
-use pvedeck_proxmox::PveError;
-use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
 
 /// Keys whose value `qm set` shows URL-encoded (`sshkeys`).
 fn url_encode(text: &str) -> String {

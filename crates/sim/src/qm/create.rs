@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use pvedeck_proxmox::drive::MIB;
+use pvedeck_proxmox::{LineSink, PveError};
+
 use super::config::check_balloon;
 use super::{fail, render, render_bytes, vm_mut, vm_on};
 use crate::params::{self, Verb};
 use crate::state::{Guest, GuestKind, SimVm};
 use crate::{SimCluster, timing};
-use pvedeck_proxmox::drive::MIB;
-use pvedeck_proxmox::{LineSink, PveError};
 
 /// The next `vm-<id>-disk-<n>` on a storage: the lowest n the VM does not use.
 fn next_disk_volume(vm: &SimVm, storage: &str, file_based: bool) -> String {

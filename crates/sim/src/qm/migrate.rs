@@ -1,10 +1,11 @@
 //! `qm migrate <id> <node> --with-local-disks`, with its log.
 
-use super::{fail, timestamp, vm_mut, vm_on};
-use crate::{SimCluster, timing};
 use pvedeck_proxmox::drive::{GIB, MIB};
 use pvedeck_proxmox::{LineSink, PveError};
 use pvedeck_support::clock::now_ms;
+
+use super::{fail, timestamp, vm_mut, vm_on};
+use crate::{SimCluster, timing};
 
 impl SimCluster {
     pub async fn qm_migrate(

@@ -1,5 +1,5 @@
 //! `qm` on the simulated cluster: the same checks, locks, error texts and
-//! output lines as Proxmox VE 9 (see `shared/proxmox/FORMATS.md`), taking
+//! output lines as Proxmox VE 9 (docs/backends.md#what-qm-prints), taking
 //! simulated time. One file per group of verbs: `create` (create,
 //! importdisk, destroy), `config` (set, resize, config), `power` (status,
 //! start, stop, shutdown, reboot), `migrate`, `clone` (clone, template),
@@ -12,9 +12,10 @@ mod create;
 mod migrate;
 mod power;
 
-use super::state::{ClusterState, GuestKind, SimVm};
 use pvedeck_proxmox::PveError;
 use pvedeck_support::clock::now_ms;
+
+use super::state::{ClusterState, GuestKind, SimVm};
 
 /// Exit code of a Perl `die` after ENOENT (a missing VM config).
 const EXIT_ENOENT: i32 = 2;

@@ -1,10 +1,11 @@
 //! `qm status` and the power verbs: start, stop, shutdown, reboot.
 
+use pvedeck_proxmox::{PowerAction, PveError};
+use pvedeck_support::clock::now_ms;
+
 use super::{fail, vm_mut, vm_on};
 use crate::state::Guest;
 use crate::{SimCluster, timing};
-use pvedeck_proxmox::{PowerAction, PveError};
-use pvedeck_support::clock::now_ms;
 
 impl SimCluster {
     pub async fn qm_status(&self, node: &str, vmid: u32) -> Result<String, PveError> {

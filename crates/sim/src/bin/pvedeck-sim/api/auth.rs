@@ -2,7 +2,7 @@
 //! at the first start and kept in `DATA_DIR/sim/api/token` (0600); a
 //! request must carry `Authorization: PVEAPIToken=pvedeck@pve!deck=<secret>`.
 //! Its privileges are `SIM_API_PRIVS` (default: the role pvedeck needs,
-//! research §3), the same on every path, as an ACL on `/` with propagate.
+//! docs/backends.md#the-api-token), the same on every path, as an ACL on `/` with propagate.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::extract::{Path, State};
+use pvedeck_sim::store::lock;
 use serde_json::json;
 
 use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::{Api, ApiResult, data};
 use super::vmid;
-use pvedeck_sim::store::lock;
 
 pub async fn ping(
     State(api): State<Arc<Api>>,

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use pvedeck_proxmox::Pve;
 use serde_json::{Value, json};
 
 use super::super::params::Params;
 use super::super::{Api, ApiResult, data};
 use super::vmid;
 use crate::api::error::ApiError;
-use pvedeck_proxmox::Pve;
 
 pub async fn version(_api: State<Arc<Api>>) -> ApiResult {
     Ok(data(

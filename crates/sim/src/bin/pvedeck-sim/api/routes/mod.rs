@@ -15,11 +15,11 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use pvedeck_sim::qm::vm_on;
 
 use super::Api;
 use super::auth;
 use super::error::ApiError;
-use pvedeck_sim::qm::vm_on;
 
 pub fn router(api: Arc<Api>) -> Router {
     let q = "/api2/json/nodes/{node}/qemu/{vmid}";

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions};
+use pvedeck_sim::params::{self as qm_params, Verb};
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -14,8 +16,6 @@ use super::super::params::Params;
 use super::super::tasks::{TaskLog, TaskState};
 use super::super::{Api, ApiResult, data};
 use super::vmid;
-use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions};
-use pvedeck_sim::params::{self as qm_params, Verb};
 
 /// Options only root may use: a token never is root (Qemu.pm).
 fn refuse_root_only(params: &Params, keys: &[&str]) -> Result<(), ApiError> {

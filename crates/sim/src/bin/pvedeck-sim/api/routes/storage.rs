@@ -7,6 +7,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use pvedeck_mirror::Mirror;
+use pvedeck_proxmox::PveError;
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -14,8 +16,6 @@ use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::tasks::TaskLog;
 use super::super::{Api, ApiResult, data};
-use pvedeck_mirror::Mirror;
-use pvedeck_proxmox::PveError;
 
 /// `GET /nodes/{node}/storage[?content=…][&storage=…]`: each storage the
 /// token may audit; with `content`, the enabled ones holding that content;

@@ -16,6 +16,8 @@ use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use futures_util::StreamExt;
+use pvedeck_proxmox::PveError;
+use pvedeck_sim::state::SimStorage;
 use tokio::io::AsyncWriteExt;
 
 use super::super::error::ApiError;
@@ -27,8 +29,6 @@ use super::storage::{
     Hasher, checksum_params, content_param, has_content, normalize_filename, shown_path,
     valid_filename,
 };
-use pvedeck_proxmox::PveError;
-use pvedeck_sim::state::SimStorage;
 
 /// The parameters the upload's schema has (`node` and `storage` are the
 /// path's); `tmpfilename` is pveproxy's own and ignored here.
