@@ -1,5 +1,5 @@
 //! `GET /api/vm/list` and friends over real HTTP, on the demo simulated
-//! cluster whose figures `src/sim/seed.rs` chose to be checkable by hand.
+//! cluster whose figures `crates/sim/src/seed.rs` chose to be checkable by hand.
 
 mod common;
 

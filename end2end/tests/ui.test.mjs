@@ -54,7 +54,9 @@ test('a reload mid-install replays the timeline and follows it on', async () => 
   assert.equal(await page.locator('.step[data-step="checking VMID"].step-done').count(), 1);
   assert.equal(await page.locator('.result').count(), 0, 'the job still runs');
   assert.equal(await page.locator('.timeline[data-live="true"]').count(), 1, 'and is followed live');
-  // A live install as the README shows it: the import under way.
+  // A live install as the README shows it: the import under way, with the
+  // steps done before it above.
+  await page.locator('.step[data-step="importing disk image"]').scrollIntoViewIfNeeded();
   await screenshot(page, 'install-live', { fullPage: false });
   await page.locator('.result-ok').waitFor({ timeout: 60_000 });
   assert.equal(page.url(), url);

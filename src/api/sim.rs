@@ -40,7 +40,7 @@ pub async fn set_node_state(
     Ok("ok")
 }
 
-/// `POST /api/sim/faults` with a fault as JSON (see `sim::faults`).
+/// `POST /api/sim/faults` with a fault as JSON (see `pvedeck_sim::faults`).
 pub async fn add_fault(
     State(state): State<AppState>,
     body: Bytes,

@@ -4,7 +4,7 @@
 //! the guest agent answers and cloud-init reports `done` through it. No
 //! image import, no init script, no reboot.
 //!
-//! Failures follow §3.5 step by step: a failed clone leaves nothing (Proxmox
+//! Failures follow the failure contract (docs/provisioning.md#failure-contract) step by step: a failed clone leaves nothing (Proxmox
 //! removes it); a failed configuration destroys the clone; a failed start,
 //! readiness or cloud-init keeps it for debugging.
 

@@ -1,7 +1,7 @@
 //! The provisioning engine: every rule of docs/provisioning.md lives here once, behind
 //! both faces (the `/api` handlers and the UI's server functions). It takes
 //! checked values (`pvedeck_domain::request`), reaches Proxmox only through the timed
-//! port (`pve::Timed`), and does not know which backend is behind it.
+//! port (`pvedeck_proxmox::Timed`), and does not know which backend is behind it.
 
 mod access;
 pub use access::Credential;

@@ -1,6 +1,7 @@
-//! When a VM is ready: `<user>@<ip> echo ready` over SSH answers (docs/provisioning.md#readiness
-//! `waiting for ready`, §4 `waiting for SSH`; the same session tells the
-//! machine-id, see `pve::READY_COMMAND`).
+//! When a VM is ready: `<user>@<ip> echo ready` over SSH answers
+//! (docs/provisioning.md#readiness: the install's `waiting for ready`, a
+//! lifecycle action's `waiting for SSH`; the same session tells the
+//! machine-id, see `pvedeck_proxmox::READY_COMMAND`).
 //!
 //! `ssh` is tried every `SSH_POLL_INTERVAL_MS`, at most `SSH_POLL_ATTEMPTS`
 //! times, as go-pve-qemu did; between tries a TCP connect to

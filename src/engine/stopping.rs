@@ -3,7 +3,7 @@
 //! it they are interrupted *with* the failure contract's cleanup (docs/provisioning.md#stopping-and-restarts). A process that was
 //! killed instead leaves its jobs `running` in the database: the next one
 //! reconciles them at start-up. Both go by what each job recorded as its
-//! stake — the VMID, its node, and whether §3.5 destroys or keeps it at the
+//! stake — the VMID, its node, and whether the failure contract destroys or keeps it at the
 //! step the job had reached.
 
 use std::collections::HashMap;
@@ -103,7 +103,7 @@ impl Interruption {
     }
 }
 
-/// What a job stopped at this point leaves, in the words of §3.5.
+/// What a job stopped at this point leaves, in the words of the failure contract (docs/provisioning.md#failure-contract).
 pub(super) fn stake(vmid: u32, node: &str, cleanup: Cleanup) -> Option<Stake> {
     let on_stop = match cleanup {
         Cleanup::Nothing => return None,
@@ -243,7 +243,7 @@ impl Engine {
     }
 
     /// Ends a job that stopped before its end: the error at the step it
-    /// was at (`step`), then what §3.5 does about the VM it had at stake.
+    /// was at (`step`), then what the failure contract does about the VM it had at stake.
     async fn interrupt(
         &self,
         job: &JobHandle,

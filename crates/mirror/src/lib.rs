@@ -1,7 +1,7 @@
 //! Cloud image mirrors as pvedeck reaches them (docs/provisioning.md#os-images): a `HEAD` that
 //! must answer 200 within 15 s, then a streamed `GET` into a file. `Http`
 //! is the real web; the simulated cluster brings an internet of its own
-//! (`sim::internet`), so the demo contacts nothing. Beside the image, a
+//! (`pvedeck_sim::internet`), so the demo contacts nothing. Beside the image, a
 //! mirror may publish a checksum list (`checksums`).
 
 pub mod checksums;

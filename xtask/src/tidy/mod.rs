@@ -160,7 +160,10 @@ pub fn problems(root: &Path) -> Vec<String> {
 /// The repository's own text files: sources, docs, settings; not what
 /// builds or installs produce.
 fn tracked(root: &Path) -> std::io::Result<Vec<PathBuf>> {
-    const SKIP: [&str; 5] = ["target", "node_modules", ".git", "data", "docs/images"];
+    /// Folders of what builds, installs and runs produce, wherever they are.
+    const SKIP_ANY: [&str; 3] = ["target", "node_modules", ".git"];
+    /// Folders at these places: a server's data, the README's pictures.
+    const SKIP: [&str; 2] = ["data", "docs/images"];
     const TEXT: [&str; 8] = [
         "rs", "md", "toml", "mjs", "sh", "service", "example", "json",
     ];
@@ -174,7 +177,9 @@ fn tracked(root: &Path) -> std::io::Result<Vec<PathBuf>> {
         for name in entries {
             let rel = dir.join(&name);
             let shown = rel.to_string_lossy();
-            if SKIP.iter().any(|s| shown == *s) || shown.ends_with("package-lock.json") {
+            let generated = name.to_str().is_some_and(|name| SKIP_ANY.contains(&name));
+            if generated || SKIP.iter().any(|s| shown == *s) || shown.ends_with("package-lock.json")
+            {
                 continue;
             }
             if root.join(&rel).is_dir() {
