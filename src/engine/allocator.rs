@@ -4,6 +4,7 @@
 //! inside the server until that install ends, so concurrent installs never
 //! get the same one (go-pve-qemu raced here).
 
+use pvedeck_support::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
@@ -96,7 +97,7 @@ impl Allocator {
     }
 
     fn taken(&self) -> MutexGuard<'_, BTreeSet<u32>> {
-        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.taken)
     }
 
     /// The address a VMID gets: the gateway's first three octets + the id.

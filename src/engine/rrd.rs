@@ -6,6 +6,7 @@
 //! by every reader. The snapshot's refresher reads the hour of every node
 //! ahead of the overview (its sparklines).
 
+use pvedeck_support::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,10 +55,7 @@ impl History {
         node: &str,
         timeframe: Timeframe,
     ) -> Result<Arc<NodeHistory>, PveError> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let slot = lock(&self.slots)
             .entry((node.to_string(), timeframe))
             .or_default()
             .clone();

@@ -7,9 +7,10 @@
 //! Sessions live in memory: a restart logs everyone out, which costs a
 //! login and keeps no credential on disk.
 
+use pvedeck_support::sync::lock;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Failed logins an address may make within [`FAILURE_WINDOW`].
@@ -33,10 +34,6 @@ pub struct Sessions {
     open: Mutex<HashMap<String, Instant>>,
     /// Address → failed logins in the window that began at the instant.
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sessions {

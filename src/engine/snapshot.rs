@@ -14,6 +14,7 @@
 //! - A failed refresh keeps the last good snapshot: readers get it, with
 //!   its age and the failure; it is `stale` once older than three intervals.
 
+use pvedeck_support::sync::lock;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -114,7 +115,7 @@ impl Cluster {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn stale_after(&self) -> Duration {

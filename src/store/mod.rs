@@ -3,6 +3,7 @@
 //! One connection behind a mutex: writes are a few small rows per second per
 //! job, well within what a WAL-mode SQLite does in microseconds.
 
+use pvedeck_support::sync::lock;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -202,7 +203,7 @@ impl Store {
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.conn)
     }
 
     pub fn create_job(

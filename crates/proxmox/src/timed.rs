@@ -4,6 +4,7 @@
 //! which kills the command it ran (`cli`), and answers `PveError::Timeout`,
 //! which the edge maps to 504.
 
+use pvedeck_support::sync::{into_inner, lock};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -391,13 +392,13 @@ impl Timed {
         let keep = |line: &str| {
             let line = line.trim();
             if line.len() == 32 && line.bytes().all(|b| b.is_ascii_hexdigit()) {
-                *told.lock().unwrap_or_else(|p| p.into_inner()) = Some(line.to_string());
+                *lock(&told) = Some(line.to_string());
             }
         };
         let call = self.pve.guest_exec(target, &GuestCommand::Ready, &keep);
         self.within(Class::Attempt, "guest_ready", what, call)
             .await?;
-        Ok(told.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Ok(into_inner(told))
     }
 
     /// The init script over SSH, its output relayed.

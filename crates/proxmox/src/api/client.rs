@@ -12,6 +12,7 @@
 //! whose connection never opened. A create, clone or other POST that may
 //! have reached Proxmox is never sent again.
 
+use pvedeck_support::sync::lock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -243,7 +244,7 @@ impl ApiClient {
     /// The pin and the other certificate the server presented, when the
     /// last connection failed on it.
     fn refused_certificate(&self) -> Option<(Fingerprint, Fingerprint)> {
-        let seen = (*self.seen.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let seen = (*lock(&self.seen))?;
         match &self.trust {
             Trust::Pinned(pin) if seen != *pin => Some((*pin, seen)),
             _ => None,

@@ -9,6 +9,7 @@
 //! against the pinned certificate's key, so a recorded certificate alone
 //! does not get an attacker in.
 
+use pvedeck_support::sync::lock;
 use std::sync::{Arc, Mutex};
 
 use pvedeck_config::pve_api::{Fingerprint, Trust};
@@ -56,7 +57,7 @@ impl ServerCertVerifier for PinnedLeaf {
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         let got = Fingerprint::of(end_entity.as_ref());
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+        *lock(&self.seen) = Some(got);
         // Both are public values: no need for a constant-time comparison.
         if self.pin.is_none_or(|pin| pin == got) {
             Ok(ServerCertVerified::assertion())

@@ -227,7 +227,7 @@ mod tests {
         let seen = Mutex::new(Vec::new());
         let out = |line: &str| seen.lock().unwrap().push(line.to_string());
         let result = follow(script, &upid, 0, &out, Duration::from_millis(1), limit).await;
-        (result, seen.into_inner().unwrap())
+        (result, pvedeck_support::sync::into_inner(seen))
     }
 
     #[tokio::test]

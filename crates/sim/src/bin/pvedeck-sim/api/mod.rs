@@ -22,7 +22,7 @@ mod tasks;
 mod tls;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +32,7 @@ use pvedeck_config::Config;
 use pvedeck_proxmox::AgentExec;
 use pvedeck_sim::{SimCluster, SimInternet, SimSettings};
 use pvedeck_support::clock::Clock;
+use pvedeck_support::files::{secret_dir, write_atomically};
 use tasks::Tasks;
 
 /// What every handler shares.
@@ -109,33 +110,11 @@ pub fn run() -> i32 {
     }
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("{}: {e}", dir.display()))
-}
-
-/// Written whole or not at all, 0600: it holds the token's secret.
-fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| format!("{}: {e}", file.display()))
-}
-
 async fn serve(config: &Config) -> Result<(), String> {
     let dir = config.data_dir.join("sim");
     let api_dir = dir.join("api");
-    private_dir(&api_dir)?;
+    // It holds the TLS key and the token's secret: 0700 even if it existed.
+    secret_dir(&api_dir).map_err(|e| format!("{}: {e}", api_dir.display()))?;
     let tls = tls::load(&api_dir)?;
     let secret = auth::load_or_make_secret(&api_dir).map_err(|e| format!("token: {e}"))?;
     let settings = SimSettings::from_config(config);
@@ -196,7 +175,10 @@ async fn serve(config: &Config) -> Result<(), String> {
         "fingerprint": api.fingerprint,
         "token": format!("{}={}", auth::TOKEN_ID, api.secret),
     });
-    write_atomically(&dir.join("api.json"), &about.to_string())?;
+    // Whole or not at all, 0600: it holds the token's secret.
+    let about_file = dir.join("api.json");
+    write_atomically(&about_file, about.to_string().as_bytes())
+        .map_err(|e| format!("{}: {e}", about_file.display()))?;
     {
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();

@@ -6,11 +6,12 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use pvedeck_proxmox::PveError;
 use pvedeck_support::clock::now_ms;
+use pvedeck_support::files::write_atomically;
 
 /// The API token every task of this face runs as.
 pub const TASK_USER: &str = "pvedeck@pve!deck";
@@ -186,7 +187,7 @@ impl Tasks {
             TaskLog::at(log_path).line(&last);
             // Written after the last log line: a reader that sees the task
             // stopped sees its whole log.
-            if let Err(e) = write_atomically(&status, &exit) {
+            if let Err(e) = write_atomically(&status, exit.as_bytes()) {
                 tracing::warn!("sim api: cannot write {}: {e}", status.display());
             }
         });
@@ -221,16 +222,10 @@ impl Tasks {
                 .is_some_and(|s| matches!(s, TaskState::Running))
             {
                 TaskLog::at(self.log_file(&upid)).line("TASK ERROR: unexpected status");
-                let _ = write_atomically(&self.status_file(&upid), "unexpected status");
+                let _ = write_atomically(&self.status_file(&upid), b"unexpected status");
             }
         }
     }
-}
-
-fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, file)
 }
 
 /// One page of a task log as `GET …/log?start=&limit=` answers it:

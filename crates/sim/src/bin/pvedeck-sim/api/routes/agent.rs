@@ -11,7 +11,7 @@ use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::{Api, ApiResult, data};
 use super::vmid;
-use pvedeck_sim::store::lock;
+use pvedeck_support::sync::lock;
 
 pub async fn ping(
     State(api): State<Arc<Api>>,
