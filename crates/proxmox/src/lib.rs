@@ -14,6 +14,7 @@ pub mod known_hosts;
 pub mod owner;
 pub mod timed;
 pub mod types;
+pub mod upid;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

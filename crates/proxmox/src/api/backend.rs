@@ -179,10 +179,12 @@ impl ApiBackend {
     ) -> Result<TaskDone, PveError> {
         match answer {
             Value::String(text) => {
-                let upid =
-                    Upid::parse(&text).ok_or_else(|| bad("task", format!("not a UPID: {text}")))?;
+                let upid: Upid = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("task", format!("not a UPID: {text}")))?;
                 // In the job's record before the wait: a restart follows it.
-                crate::owner::started(&upid.text);
+                crate::owner::started(&upid.to_string());
                 let done = tasks::follow(self, &upid, 0, out, TASK_POLL, limit).await;
                 crate::owner::ended();
                 done
@@ -396,7 +398,7 @@ impl ApiBackend {
 #[async_trait]
 impl TaskSource for ApiBackend {
     async fn status(&self, upid: &Upid) -> Result<TaskStatus, PveError> {
-        let path = format!("/nodes/{}/tasks/{}/status", upid.node, upid.text);
+        let path = format!("/nodes/{}/tasks/{upid}/status", upid.node);
         let status = self.client.get(&path, &[]).await?;
         Ok(TaskStatus {
             running: status.get("status").and_then(Value::as_str) == Some("running"),
@@ -408,7 +410,7 @@ impl TaskSource for ApiBackend {
     }
 
     async fn log(&self, upid: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError> {
-        let path = format!("/nodes/{}/tasks/{}/log", upid.node, upid.text);
+        let path = format!("/nodes/{}/tasks/{upid}/log", upid.node);
         let lines = self
             .client
             .get(
@@ -777,7 +779,7 @@ impl Pve for ApiBackend {
     }
 
     async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
-        let upid = Upid::parse(upid)?;
+        let upid: Upid = upid.trim().parse().ok()?;
         // What it logged before the restart was relayed then.
         let logged = match TaskSource::log(self, &upid, 0).await {
             Ok(lines) => lines.last().map_or(0, |(n, _)| *n),
