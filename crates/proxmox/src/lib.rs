@@ -9,6 +9,7 @@
 pub mod api;
 pub mod cli;
 pub mod drive;
+pub mod escape;
 pub mod json;
 pub mod known_hosts;
 pub mod owner;

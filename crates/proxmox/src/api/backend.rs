@@ -59,21 +59,6 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// Percent-encoding as Perl's `uri_escape` does it (everything but
-/// `A-Za-z0-9-._~`): what Proxmox expects inside the `sshkeys` value,
-/// before the form encoding encodes it again.
-pub fn uri_escape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len() * 3);
-    for byte in raw.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 /// The name an image gets in the `import` content: Proxmox takes only
 /// `.qcow2`, `.raw`, `.vmdk` (and `.ova`) there, and only plain characters,
 /// so Ubuntu's `.img` (a qcow2) is renamed. `tag` (a checksum's start) goes
@@ -161,7 +146,7 @@ impl ApiBackend {
                 let keys = tokio::fs::read_to_string(value).await.map_err(|e| {
                     PveError::command("sshkeys", format!("cannot read {value}: {e}"), 1)
                 })?;
-                uri_escape(&keys)
+                crate::escape::uri_escape(&keys)
             } else {
                 value.clone()
             };
@@ -809,15 +794,6 @@ impl Pve for ApiBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_escaped_as_perl_escapes_them() {
-        assert_eq!(
-            uri_escape("ssh-ed25519 AAAA+b/c= me@host\n"),
-            "ssh-ed25519%20AAAA%2Bb%2Fc%3D%20me%40host%0A"
-        );
-        assert_eq!(uri_escape("a-b_c.d~"), "a-b_c.d~");
-    }
 
     #[test]
     fn versions_and_the_agent_privileges_of_each() {

@@ -9,20 +9,9 @@ use crate::params::{self, Verb};
 use crate::state::SimStorage;
 use crate::{SimCluster, timing};
 use pvedeck_proxmox::PveError;
+// `qm set` shows `sshkeys` URL-encoded.
 use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
-
-/// Keys whose value `qm set` shows URL-encoded (`sshkeys`).
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
+use pvedeck_proxmox::escape::uri_component;
 
 impl SimCluster {
     pub async fn qm_set(
@@ -78,7 +67,7 @@ impl SimCluster {
                 {
                     return Err(fail(&command, "SSH public key validation error"));
                 }
-                resolved.push((key.clone(), url_encode(&text)));
+                resolved.push((key.clone(), uri_component(&text)));
             } else {
                 resolved.push((key.clone(), value.clone()));
             }
@@ -268,6 +257,6 @@ mod tests {
 
     #[test]
     fn keys_are_encoded() {
-        assert_eq!(url_encode("a b\n"), "a%20b%0A");
+        assert_eq!(uri_component("a b\n"), "a%20b%0A");
     }
 }

@@ -12,6 +12,7 @@ use axum::http::header::CONTENT_TYPE;
 use serde_json::Value;
 
 use super::error::ApiError;
+use pvedeck_proxmox::escape::form_unescape;
 
 /// Bodies larger than this are refused (pveproxy's limit is 64 KiB for
 /// forms; `input-data` of an agent exec is at most that).
@@ -20,50 +21,17 @@ const MAX_BODY: usize = 1 << 20;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Params(BTreeMap<String, Vec<String>>);
 
-/// `%XX` and `+` decoded; invalid escapes kept as they are.
-fn unescape(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl Params {
     /// `a=1&b=2&b=3`, as `decode_urlencoded` reads it.
     pub fn from_urlencoded(text: &str) -> Params {
         let mut params = Params::default();
         for pair in text.split('&').filter(|p| !p.is_empty()) {
             let mut parts = pair.split('=');
-            let key = unescape(parts.next().unwrap_or_default());
+            let key = form_unescape(parts.next().unwrap_or_default());
             let Some(value) = parts.next().filter(|v| !v.is_empty()) else {
                 continue;
             };
-            params.push(key, unescape(value));
+            params.push(key, form_unescape(value));
         }
         params
     }
@@ -227,8 +195,8 @@ mod tests {
         // sshkeys arrives encoded twice: the form decoding leaves Proxmox's.
         let p = Params::from_urlencoded("sshkeys=ssh-ed25519%2520AAAA%250A");
         assert_eq!(p.get("sshkeys"), Some("ssh-ed25519%20AAAA%0A"));
-        assert_eq!(unescape("100%"), "100%");
-        assert_eq!(unescape("%zz"), "%zz");
+        assert_eq!(form_unescape("100%"), "100%");
+        assert_eq!(form_unescape("%zz"), "%zz");
     }
 
     #[test]

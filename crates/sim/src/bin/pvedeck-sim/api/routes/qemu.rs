@@ -14,6 +14,7 @@ use super::super::params::Params;
 use super::super::tasks::{TaskLog, TaskState};
 use super::super::{Api, ApiResult, data};
 use super::vmid;
+use pvedeck_proxmox::escape;
 use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions};
 use pvedeck_sim::params::{self as qm_params, Verb};
 
@@ -89,35 +90,13 @@ fn drive_storage(value: &str) -> Option<&str> {
 /// `sshkeys` arrives URL-encoded (format `urlencoded`); Proxmox decodes it
 /// and checks every key. Returns the decoded text.
 fn decode_sshkeys(value: &str) -> Result<String, ApiError> {
-    let ok = value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-%_.!~*'()".contains(&b));
-    if !ok {
+    if !escape::is_urlencoded(value) {
         return Err(ApiError::param(
             "sshkeys",
             format!("invalid urlencoded string: {value}"),
         ));
     }
-    let mut out = Vec::new();
-    let bytes = value.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    let text = String::from_utf8_lossy(&out).into_owned();
+    let text = escape::uri_unescape(value).into_owned();
     let valid = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -815,16 +794,7 @@ mod tests {
     #[test]
     fn sshkeys_are_decoded_as_proxmox_does() {
         let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host";
-        let encoded: String = key
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
+        let encoded = escape::uri_escape(key);
         assert_eq!(decode_sshkeys(&encoded).unwrap(), key);
         assert_eq!(decode_sshkeys("ssh-ed25519 AAAA").unwrap_err().status, 400);
         assert_eq!(decode_sshkeys("not%20a%20key").unwrap_err().status, 500);
