@@ -15,7 +15,6 @@
 
 mod auth;
 mod error;
-mod multipart;
 mod params;
 mod routes;
 mod tasks;
