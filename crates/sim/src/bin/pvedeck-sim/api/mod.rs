@@ -114,7 +114,7 @@ async fn serve(config: &Config) -> Result<(), String> {
     let api_dir = dir.join("api");
     // It holds the TLS key and the token's secret: 0700 even if it existed.
     secret_dir(&api_dir).map_err(|e| format!("{}: {e}", api_dir.display()))?;
-    let tls = tls::load(&api_dir)?;
+    let tls = tls::load(&api_dir).map_err(|e| e.to_string())?;
     let secret = auth::load_or_make_secret(&api_dir).map_err(|e| format!("token: {e}"))?;
     let settings = SimSettings::from_config(config);
     let sim = SimCluster::shared(&dir, &settings).map_err(|e| e.to_string())?;
