@@ -18,6 +18,11 @@ use pvedeck_proxmox::escape::form_unescape;
 /// forms; `input-data` of an agent exec is at most that).
 const MAX_BODY: usize = 1 << 20;
 
+/// A JSON body that is not an object of parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("body is not a JSON object")]
+pub struct NotAnObject;
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Params(BTreeMap<String, Vec<String>>);
 
@@ -38,9 +43,9 @@ impl Params {
 
     /// A JSON object body: numbers and booleans as Proxmox's checks read
     /// them (`1`/`0`), arrays as repeated values, `null` absent.
-    pub fn from_json(value: &Value) -> Result<Params, String> {
+    pub fn from_json(value: &Value) -> Result<Params, NotAnObject> {
         let Value::Object(map) = value else {
-            return Err("body is not a JSON object".to_string());
+            return Err(NotAnObject);
         };
         let mut params = Params::default();
         for (key, value) in map {
@@ -171,7 +176,7 @@ impl<S: Send + Sync> FromRequest<S> for Params {
         let body = if json {
             let value: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::new(400, format!("invalid JSON body: {e}")))?;
-            Params::from_json(&value).map_err(|e| ApiError::new(400, e))?
+            Params::from_json(&value).map_err(|e| ApiError::new(400, e.to_string()))?
         } else {
             Params::from_urlencoded(&String::from_utf8_lossy(&body))
         };

@@ -309,7 +309,7 @@ impl Api {
             .cloned()
             .collect();
         qm_params::verify(Verb::Set, &check)
-            .map_err(|m| ApiError::from_pve(&PveError::command("qm set", m, 255)))?;
+            .map_err(|m| ApiError::from_pve(&PveError::command("qm set", m.to_string(), 255)))?;
         Ok((decoded, imports))
     }
 }
@@ -344,7 +344,7 @@ pub async fn create(
         }
     }
     qm_params::verify(Verb::Create, &plain)
-        .map_err(|m| ApiError::from_pve(&PveError::command("qm create", m, 255)))?;
+        .map_err(|m| ApiError::from_pve(&PveError::command("qm create", m.to_string(), 255)))?;
     if let Some(owner) = api.sim.read(|s| s.vms.get(&id).map(|vm| vm.node.clone())) {
         return Err(ApiError::new(
             500,
