@@ -48,7 +48,8 @@ pub async fn add_fault(
     let sim = sim(&state)?;
     let fault: Fault =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid fault: {e}")))?;
-    sim.add_fault(fault).map_err(ApiError::bad)?;
+    sim.add_fault(fault)
+        .map_err(|e| ApiError::bad(e.to_string()))?;
     Ok("ok")
 }
 

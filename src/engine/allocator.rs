@@ -13,6 +13,7 @@ use std::time::Duration;
 use pvedeck_config::Config;
 use pvedeck_domain::rules::VMID_ADDRESSES;
 use pvedeck_proxmox::{PveError, Timed};
+use pvedeck_support::sync::lock;
 
 use super::EngineError;
 use super::report::one_line;
@@ -96,7 +97,7 @@ impl Allocator {
     }
 
     fn taken(&self) -> MutexGuard<'_, BTreeSet<u32>> {
-        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.taken)
     }
 
     /// The address a VMID gets: the gateway's first three octets + the id.

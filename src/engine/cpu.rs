@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use pvedeck_proxmox::{NodeResource, PveError, Timed};
+use pvedeck_support::sync::lock;
 
 const V2: [&str; 6] = ["cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"];
 const AES: [&str; 2] = ["aes", "pclmulqdq"];
@@ -83,7 +84,7 @@ impl Baseline {
     ) -> Result<&'static str, PveError> {
         let mut names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         names.sort();
-        let cached = || match &*self.cached.lock().unwrap_or_else(|p| p.into_inner()) {
+        let cached = || match &*lock(&self.cached) {
             Some((cached_for, cpu)) if *cached_for == names => Some(*cpu),
             _ => None,
         };
@@ -95,7 +96,7 @@ impl Baseline {
         if let Some(cpu) = cached() {
             return Ok(cpu);
         }
-        if let Some((at, e)) = &*self.failed.lock().unwrap_or_else(|p| p.into_inner())
+        if let Some((at, e)) = &*lock(&self.failed)
             && *at >= asked
         {
             return Err(e.clone());
@@ -108,8 +109,7 @@ impl Baseline {
             match status {
                 Ok(status) => levels.push(node_level(&status.cpuinfo.flags)),
                 Err(e @ PveError::Timeout { .. }) => {
-                    *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some((Instant::now(), e.clone()));
+                    *lock(&self.failed) = Some((Instant::now(), e.clone()));
                     return Err(e);
                 }
                 Err(e) => {
@@ -120,7 +120,7 @@ impl Baseline {
         }
         let cpu = cluster_type(&levels);
         tracing::info!(cpu, nodes = ?names, "CPU baseline detected");
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((names, cpu));
+        *lock(&self.cached) = Some((names, cpu));
         Ok(cpu)
     }
 }

@@ -22,6 +22,8 @@ use pvedeck_domain::os::{Os, Release};
 use pvedeck_mirror::checksums::{self, Algo, ListError};
 use pvedeck_mirror::{ImageError, Mirror};
 use pvedeck_proxmox::{DiskImage, NodeFetch};
+use pvedeck_support::files::private_dir;
+use pvedeck_support::sync::lock;
 use tempfile::NamedTempFile;
 use tokio::sync::OwnedMutexGuard;
 
@@ -160,7 +162,7 @@ impl Images {
     /// waits here, then finds the file.
     async fn hold(&self, plan: &ImagePlan) -> OwnedMutexGuard<()> {
         let slot = {
-            let mut map = self.downloading.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = lock(&self.downloading);
             map.entry(plan.path.clone()).or_default().clone()
         };
         slot.lock_owned().await
@@ -403,16 +405,6 @@ async fn hash(mut file: std::fs::File, algo: Algo) -> std::io::Result<String> {
     task.await.map_err(std::io::Error::other)?
 }
 
-/// Creates the cache directory readable by its owner only (0700); one that
-/// exists keeps its mode (an admin's choice).
-fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
 /// Throttles download progress to an event every 5 % or 2 s.
 pub struct ProgressGate {
     last_pct: Mutex<(u64, Instant)>,
@@ -429,7 +421,7 @@ impl Default for ProgressGate {
 impl ProgressGate {
     /// Whether this point of the download deserves an event.
     pub fn pass(&self, done: u64, total: Option<u64>) -> bool {
-        let mut last = self.last_pct.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last_pct);
         let pct = total.filter(|t| *t > 0).map_or(0, |t| done * 100 / t);
         let due = pct >= last.0 + 5 || last.1.elapsed() >= Duration::from_secs(2);
         if due && (pct < 100 || last.0 < 100) {

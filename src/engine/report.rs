@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pvedeck_domain::types::{StepEvent, StepStatus};
+use pvedeck_support::sync::lock;
 
 use crate::jobs::{Admit, JobHandle};
 
@@ -86,7 +87,7 @@ impl<'a> Turns<'a> {
     }
 
     fn emit(&self, turn: usize, event: StepEvent) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         if turn <= state.current {
             self.job.emit(event);
         } else if let Some(held) = state.held.get_mut(turn) {
@@ -97,7 +98,7 @@ impl<'a> Turns<'a> {
     /// Stage `turn` is done: the turn passes on, and what the next stages
     /// held goes out.
     pub fn finish(&self, turn: usize) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(&self.state);
         if let Some(done) = state.finished.get_mut(turn) {
             *done = true;
         }

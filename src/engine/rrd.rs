@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pvedeck_domain::types::{NodeHistory, Timeframe};
-
 use pvedeck_proxmox::{PveError, Timed};
+use pvedeck_support::sync::lock;
 
 /// How long a read timeframe is kept.
 fn ttl(timeframe: Timeframe) -> Duration {
@@ -54,10 +54,7 @@ impl History {
         node: &str,
         timeframe: Timeframe,
     ) -> Result<Arc<NodeHistory>, PveError> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let slot = lock(&self.slots)
             .entry((node.to_string(), timeframe))
             .or_default()
             .clone();

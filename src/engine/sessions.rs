@@ -9,8 +9,10 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use pvedeck_support::sync::lock;
 
 /// Failed logins an address may make within [`FAILURE_WINDOW`].
 pub const MAX_FAILURES: u32 = 5;
@@ -33,10 +35,6 @@ pub struct Sessions {
     open: Mutex<HashMap<String, Instant>>,
     /// Address → failed logins in the window that began at the instant.
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sessions {

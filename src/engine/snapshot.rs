@@ -17,10 +17,10 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-
 use pvedeck_domain::types::VmList;
 use pvedeck_proxmox::{NodeResource, PveError, StorageStatus, Timed, VmResource};
+use pvedeck_support::sync::lock;
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
@@ -131,7 +131,7 @@ impl Cluster {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn stale_after(&self) -> Duration {

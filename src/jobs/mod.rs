@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{broadcast, mpsc};
-
 use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_support::sync::lock;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics::Metrics;
 pub use crate::store::{OnStop, Stake};
@@ -60,11 +60,7 @@ struct Following {
 impl Drop for Following {
     fn drop(&mut self) {
         self.jobs.metrics.follower_closed();
-        let mut followers = self
-            .jobs
-            .followers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut followers = lock(&self.jobs.followers);
         if let Some(n) = followers.get_mut(&self.id) {
             *n -= 1;
             if *n == 0 {
@@ -105,10 +101,6 @@ enum Write {
     Task(u64, Option<String>),
     /// Everything before it is written; then the WAL is checkpointed.
     Flush(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The writer thread's loop: a write, then what followers must hear of it.
@@ -338,7 +330,7 @@ impl Jobs {
 
     /// Counts a new follower of job `id`, within the limits.
     fn count_follower(self: &Arc<Self>, id: u64) -> Result<Following, FollowError> {
-        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut followers = lock(&self.followers);
         let total: usize = followers.values().sum();
         let of_job = followers.get(&id).copied().unwrap_or(0);
         let limits = self.limits;
@@ -488,15 +480,12 @@ impl JobHandle {
 
     /// What the job has at stake now.
     pub fn current_stake(&self) -> Option<Stake> {
-        self.stake.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.stake).clone()
     }
 
     /// The step the job was last at.
     pub fn last_step(&self) -> String {
-        self.last_step
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.last_step).clone()
     }
 
     /// Stores and broadcasts one event. A database error is logged, and the
@@ -529,7 +518,7 @@ impl JobHandle {
 
     /// Ends the job; followers get the rest of the events, then `Closed`.
     pub fn finish(&self, state: JobState, outcome: Option<VmOutcome>, failed_step: Option<&str>) {
-        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        let mut finished = lock(&self.finished);
         if *finished {
             return;
         }
@@ -555,7 +544,7 @@ impl Drop for JobHandle {
     /// A job whose task ended without finishing it (a panic) must not stay
     /// "running" forever.
     fn drop(&mut self) {
-        let done = *self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        let done = *lock(&self.finished);
         if !done {
             self.emit(StepEvent {
                 step: "pvedeck".to_string(),

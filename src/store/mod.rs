@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
+use pvedeck_support::sync::lock;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -202,7 +202,7 @@ impl Store {
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.conn)
     }
 
     pub fn create_job(

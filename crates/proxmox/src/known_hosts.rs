@@ -9,6 +9,8 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Mutex;
 
+use pvedeck_support::sync::lock;
+
 /// One writer at a time within the process.
 static WRITING: Mutex<()> = Mutex::new(());
 
@@ -46,7 +48,7 @@ pub fn strictness(file: &Path, token: &str) -> &'static str {
 
 /// Replaces what is recorded for `token` with `key` (or with nothing).
 fn rewrite(file: &Path, token: &str, key: Option<&str>) -> std::io::Result<()> {
-    let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = lock(&WRITING);
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -84,7 +86,7 @@ pub fn pin(file: &Path, token: &str, key: &str) -> std::io::Result<()> {
 
 /// What `ssh` does with `StrictHostKeyChecking=accept-new` at first contact.
 pub fn append(file: &Path, token: &str, key: &str) -> std::io::Result<()> {
-    let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = lock(&WRITING);
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

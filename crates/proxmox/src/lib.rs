@@ -9,11 +9,13 @@
 pub mod api;
 pub mod cli;
 pub mod drive;
+pub mod escape;
 pub mod json;
 pub mod known_hosts;
 pub mod owner;
 pub mod timed;
 pub mod types;
+pub mod upid;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

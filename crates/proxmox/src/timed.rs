@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use pvedeck_support::sync::{into_inner, lock};
+
 use super::{
     AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
     NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
@@ -391,13 +393,13 @@ impl Timed {
         let keep = |line: &str| {
             let line = line.trim();
             if line.len() == 32 && line.bytes().all(|b| b.is_ascii_hexdigit()) {
-                *told.lock().unwrap_or_else(|p| p.into_inner()) = Some(line.to_string());
+                *lock(&told) = Some(line.to_string());
             }
         };
         let call = self.pve.guest_exec(target, &GuestCommand::Ready, &keep);
         self.within(Class::Attempt, "guest_ready", what, call)
             .await?;
-        Ok(told.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Ok(into_inner(told))
     }
 
     /// The init script over SSH, its output relayed.

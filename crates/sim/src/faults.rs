@@ -81,17 +81,22 @@ pub struct Faults {
     rules: Vec<Fault>,
 }
 
+/// Why a fault rule is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultError {
+    #[error("op '{op}' is not one of: {}", OPS.join(", "))]
+    UnknownOp { op: String },
+    #[error("a delay needs delay_ms")]
+    DelayWithoutMs,
+}
+
 impl Faults {
-    pub fn add(&mut self, fault: Fault) -> Result<(), String> {
+    pub fn add(&mut self, fault: Fault) -> Result<(), FaultError> {
         if !OPS.contains(&fault.op.as_str()) {
-            return Err(format!(
-                "op '{}' is not one of: {}",
-                fault.op,
-                OPS.join(", ")
-            ));
+            return Err(FaultError::UnknownOp { op: fault.op });
         }
         if fault.action == Action::Delay && fault.delay_ms.is_none() {
-            return Err("a delay needs delay_ms".to_string());
+            return Err(FaultError::DelayWithoutMs);
         }
         self.rules.push(fault);
         Ok(())

@@ -153,7 +153,7 @@ impl SimCluster {
         self.read(|s| s.nodes.keys().cloned().collect())
     }
 
-    pub fn add_fault(&self, fault: Fault) -> Result<(), String> {
+    pub fn add_fault(&self, fault: Fault) -> Result<(), faults::FaultError> {
         self.change(|s| s.faults.add(fault))
     }
 

@@ -56,31 +56,73 @@ pub enum Verb {
     Set,
 }
 
-fn int_min(value: &str, min: i64) -> Result<(), String> {
+/// Why one option's value is refused, in Proxmox's words (what follows
+/// `<option>: `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("type check ('integer') failed - got '{0}'")]
+    NotInteger(String),
+    #[error("value must have a minimum value of {0}")]
+    BelowMinimum(i64),
+    #[error("type check ('boolean') failed - got '{0}'")]
+    NotBoolean(String),
+    #[error("value '{value}' does not have a value in the enumeration '{allowed}'")]
+    NotListed { value: String, allowed: String },
+    #[error("Built-in cputype '{0}' is not defined (missing 'custom-' prefix?)")]
+    CpuModel(String),
+    /// `invalid format - <why>`.
+    #[error("invalid format - {0}")]
+    Format(String),
+}
+
+/// Why an option list is refused: the message `qm` prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("Unknown option: {0}\n400 unable to parse option")]
+    Unknown(String),
+    /// Every refused option with why, in the list's order.
+    #[error("400 Parameter verification failed.\n{}", lines(.0))]
+    Invalid(Vec<(String, Invalid)>),
+}
+
+/// `<option>: <why>`, one a line.
+fn lines(errors: &[(String, Invalid)]) -> String {
+    errors
+        .iter()
+        .map(|(key, why)| format!("{key}: {why}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn format_error(why: impl Into<String>) -> Invalid {
+    Invalid::Format(why.into())
+}
+
+fn int_min(value: &str, min: i64) -> Result<(), Invalid> {
     let n: i64 = value
         .parse()
-        .map_err(|_| format!("type check ('integer') failed - got '{value}'"))?;
+        .map_err(|_| Invalid::NotInteger(value.to_string()))?;
     if n < min {
-        return Err(format!("value must have a minimum value of {min}"));
+        return Err(Invalid::BelowMinimum(min));
     }
     Ok(())
 }
 
-fn boolean(value: &str) -> Result<(), String> {
+fn boolean(value: &str) -> Result<(), Invalid> {
     match value {
         "0" | "1" | "yes" | "no" | "on" | "off" | "true" | "false" => Ok(()),
-        _ => Err(format!("type check ('boolean') failed - got '{value}'")),
+        _ => Err(Invalid::NotBoolean(value.to_string())),
     }
 }
 
-fn one_of(value: &str, allowed: &[&str]) -> Result<(), String> {
+fn one_of(value: &str, allowed: &[&str]) -> Result<(), Invalid> {
     if allowed.contains(&value) {
         Ok(())
     } else {
-        Err(format!(
-            "value '{value}' does not have a value in the enumeration '{}'",
-            allowed.join(", ")
-        ))
+        Err(Invalid::NotListed {
+            value: value.to_string(),
+            allowed: allowed.join(", "),
+        })
     }
 }
 
@@ -103,44 +145,44 @@ pub fn is_tag(tag: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "_-+.".contains(c))
 }
 
-fn ipconfig(value: &str) -> Result<(), String> {
+fn ipconfig(value: &str) -> Result<(), Invalid> {
     for part in value.split(',') {
         let (key, val) = part
             .split_once('=')
-            .ok_or_else(|| format!("invalid format - unable to parse '{part}'"))?;
+            .ok_or_else(|| format_error(format!("unable to parse '{part}'")))?;
         match key {
             "ip" if val == "dhcp" => {}
             "ip" => {
                 let (addr, prefix) = val
                     .split_once('/')
-                    .ok_or("invalid format - ip must be CIDR or 'dhcp'")?;
+                    .ok_or_else(|| format_error("ip must be CIDR or 'dhcp'"))?;
                 addr.parse::<Ipv4Addr>()
-                    .map_err(|_| format!("invalid format - '{addr}' is not an IPv4 address"))?;
+                    .map_err(|_| format_error(format!("'{addr}' is not an IPv4 address")))?;
                 prefix
                     .parse::<u8>()
                     .ok()
                     .filter(|p| *p <= 32)
-                    .ok_or("invalid format - bad prefix length")?;
+                    .ok_or_else(|| format_error("bad prefix length"))?;
             }
             "gw" => {
                 val.parse::<Ipv4Addr>()
-                    .map_err(|_| format!("invalid format - '{val}' is not an IPv4 address"))?;
+                    .map_err(|_| format_error(format!("'{val}' is not an IPv4 address")))?;
             }
             "ip6" | "gw6" => {}
-            other => return Err(format!("invalid format - unknown key '{other}'")),
+            other => return Err(format_error(format!("unknown key '{other}'"))),
         }
     }
     Ok(())
 }
 
-/// Checks one option; `Err` holds the `<param>: <error>` text without the name.
-fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), String>> {
+/// Checks one option; `None` for an option the verb does not have.
+fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), Invalid>> {
     let result = match key {
         "name" => {
             if is_dns_name(value) {
                 Ok(())
             } else {
-                Err("invalid format - value does not look like a valid DNS name".to_string())
+                Err(format_error("value does not look like a valid DNS name"))
             }
         }
         "cores" | "sockets" | "vcpus" => int_min(value, 1),
@@ -156,9 +198,7 @@ fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), String>> {
             if CPU_MODELS.contains(&model) || model.starts_with("custom-") {
                 Ok(())
             } else {
-                Err(format!(
-                    "Built-in cputype '{model}' is not defined (missing 'custom-' prefix?)"
-                ))
+                Err(Invalid::CpuModel(model.to_string()))
             }
         }
         "scsihw" => one_of(value, SCSIHW),
@@ -178,7 +218,7 @@ fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), String>> {
             if value == "socket" || value.starts_with("/dev/") {
                 Ok(())
             } else {
-                Err("invalid format - value does not match the regex pattern".to_string())
+                Err(format_error("value does not match the regex pattern"))
             }
         }
         "tags" => {
@@ -187,7 +227,7 @@ fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), String>> {
                 .filter(|t| !t.is_empty())
                 .find(|t| !is_tag(t));
             match bad {
-                Some(tag) => Err(format!("invalid format - invalid tag '{tag}'")),
+                Some(tag) => Err(format_error(format!("invalid tag '{tag}'"))),
                 None => Ok(()),
             }
         }
@@ -200,25 +240,20 @@ fn check(verb: Verb, key: &str, value: &str) -> Option<Result<(), String>> {
     Some(result)
 }
 
-/// Checks a whole option list. On failure returns the message `qm` prints.
-pub fn verify(verb: Verb, options: &[(String, String)]) -> Result<(), String> {
+/// Checks a whole option list, as `qm` does before it runs.
+pub fn verify(verb: Verb, options: &[(String, String)]) -> Result<(), VerifyError> {
     let mut errors = Vec::new();
     for (key, value) in options {
         match check(verb, key, value) {
-            None => {
-                return Err(format!("Unknown option: {key}\n400 unable to parse option"));
-            }
-            Some(Err(e)) => errors.push(format!("{key}: {e}")),
+            None => return Err(VerifyError::Unknown(key.clone())),
+            Some(Err(e)) => errors.push((key.clone(), e)),
             Some(Ok(())) => {}
         }
     }
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "400 Parameter verification failed.\n{}",
-            errors.join("\n")
-        ))
+        Err(VerifyError::Invalid(errors))
     }
 }
 
@@ -250,7 +285,7 @@ mod tests {
     fn the_cpu_model_go_pve_qemu_sent_is_refused() {
         let err = verify(Verb::Create, &opts(&[("cpu", "x86-64-v1")])).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "400 Parameter verification failed.\n\
              cpu: Built-in cputype 'x86-64-v1' is not defined (missing 'custom-' prefix?)"
         );
@@ -263,7 +298,8 @@ mod tests {
             Verb::Create,
             &opts(&[("cores", "0"), ("memory", "lots"), ("name", "bad_name")]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             err.lines().collect::<Vec<_>>(),
             [
@@ -278,7 +314,9 @@ mod tests {
     #[test]
     fn unknown_options_are_refused_like_getopt() {
         assert_eq!(
-            verify(Verb::Set, &opts(&[("frobnicate", "1")])).unwrap_err(),
+            verify(Verb::Set, &opts(&[("frobnicate", "1")]))
+                .unwrap_err()
+                .to_string(),
             "Unknown option: frobnicate\n400 unable to parse option"
         );
     }
@@ -381,6 +419,7 @@ mod fuzz {
             options in prop::collection::vec(option(), 0..6),
         ) {
             if let Err(message) = verify(verb, &options) {
+                let message = message.to_string();
                 prop_assert!(
                     message.starts_with("400 Parameter verification failed.\n")
                         || (message.starts_with("Unknown option: ")

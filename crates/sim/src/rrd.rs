@@ -20,15 +20,20 @@ pub fn step(timeframe: Timeframe) -> i64 {
     }
 }
 
-/// The `timeframe` parameter as both faces check it; the error is
-/// Proxmox's words for it (what follows `timeframe: `).
-pub fn timeframe(raw: Option<&str>) -> Result<Timeframe, String> {
-    let raw = raw.ok_or("property is missing and it is not optional")?;
-    Timeframe::parse(raw).ok_or_else(|| {
-        format!(
-            "value '{raw}' does not have a value in the enumeration 'hour, day, week, month, year'"
-        )
-    })
+/// Why a `timeframe` parameter is refused, in Proxmox's words (what
+/// follows `timeframe: `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeframeError {
+    #[error("property is missing and it is not optional")]
+    Missing,
+    #[error("value '{0}' does not have a value in the enumeration 'hour, day, week, month, year'")]
+    Unknown(String),
+}
+
+/// The `timeframe` parameter as both faces check it.
+pub fn timeframe(raw: Option<&str>) -> Result<Timeframe, TimeframeError> {
+    let raw = raw.ok_or(TimeframeError::Missing)?;
+    Timeframe::parse(raw).ok_or_else(|| TimeframeError::Unknown(raw.to_string()))
 }
 
 /// What a node carries now.
@@ -136,10 +141,12 @@ mod tests {
     fn a_timeframe_is_required_and_one_of_proxmoxs() {
         assert_eq!(timeframe(Some("week")), Ok(Timeframe::Week));
         assert_eq!(
-            timeframe(None),
-            Err("property is missing and it is not optional".to_string())
+            timeframe(None).unwrap_err().to_string(),
+            "property is missing and it is not optional"
         );
-        assert!(timeframe(Some("decade")).is_err_and(|e| e.starts_with("value 'decade'")));
+        assert!(
+            timeframe(Some("decade")).is_err_and(|e| e.to_string().starts_with("value 'decade'"))
+        );
     }
 
     #[test]

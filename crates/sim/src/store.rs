@@ -12,15 +12,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
+
+use pvedeck_support::files::write_atomically;
+use pvedeck_support::sync::lock;
 
 use super::state::ClusterState;
-
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while the lock was held leaves plain data behind, still
-    // consistent field by field: keep serving it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 pub enum Store {
     Memory {
@@ -36,16 +33,6 @@ pub enum Store {
         /// ever fail to parse.
         last: Mutex<ClusterState>,
     },
-}
-
-fn write_atomically(file: &Path, state: &ClusterState) -> std::io::Result<()> {
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
-    let tmp = file.with_extension(format!("json.tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, file)
 }
 
 /// The state file of a data directory's simulated cluster.
@@ -177,7 +164,10 @@ impl Store {
 
 fn save(file: Option<&Path>, state: &ClusterState) {
     let Some(file) = file else { return };
-    if let Err(e) = write_atomically(file, state) {
+    let written = serde_json::to_vec(state)
+        .map_err(std::io::Error::other)
+        .and_then(|text| write_atomically(file, &text));
+    if let Err(e) = written {
         tracing::warn!("sim: cannot save the cluster to {}: {e}", file.display());
     }
 }

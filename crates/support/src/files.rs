@@ -3,7 +3,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Writes `bytes` to `file` whole or not at all, readable by its owner
@@ -45,10 +45,16 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Creates `dir` like [`private_dir`] for a directory that holds secrets
+/// (a private key, a token): one that exists is made 0700 too, whatever
+/// mode an older version or a careless umask left it with.
+pub fn secret_dir(dir: &Path) -> std::io::Result<()> {
+    private_dir(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
 
     fn mode(path: &Path) -> u32 {
@@ -84,5 +90,16 @@ mod tests {
         std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o750)).expect("chmod");
         private_dir(&old).expect("exists");
         assert_eq!(mode(&old), 0o750);
+    }
+
+    #[test]
+    fn a_secret_directory_is_private_even_when_it_existed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let new = dir.path().join("a/api");
+        secret_dir(&new).expect("create");
+        assert_eq!(mode(&new), 0o700);
+        std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        secret_dir(&new).expect("exists");
+        assert_eq!(mode(&new), 0o700);
     }
 }

@@ -59,21 +59,6 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// Percent-encoding as Perl's `uri_escape` does it (everything but
-/// `A-Za-z0-9-._~`): what Proxmox expects inside the `sshkeys` value,
-/// before the form encoding encodes it again.
-pub fn uri_escape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len() * 3);
-    for byte in raw.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 /// The name an image gets in the `import` content: Proxmox takes only
 /// `.qcow2`, `.raw`, `.vmdk` (and `.ova`) there, and only plain characters,
 /// so Ubuntu's `.img` (a qcow2) is renamed. `tag` (a checksum's start) goes
@@ -161,7 +146,7 @@ impl ApiBackend {
                 let keys = tokio::fs::read_to_string(value).await.map_err(|e| {
                     PveError::command("sshkeys", format!("cannot read {value}: {e}"), 1)
                 })?;
-                uri_escape(&keys)
+                crate::escape::uri_escape(&keys)
             } else {
                 value.clone()
             };
@@ -179,10 +164,12 @@ impl ApiBackend {
     ) -> Result<TaskDone, PveError> {
         match answer {
             Value::String(text) => {
-                let upid =
-                    Upid::parse(&text).ok_or_else(|| bad("task", format!("not a UPID: {text}")))?;
+                let upid: Upid = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("task", format!("not a UPID: {text}")))?;
                 // In the job's record before the wait: a restart follows it.
-                crate::owner::started(&upid.text);
+                crate::owner::started(&upid.to_string());
                 let done = tasks::follow(self, &upid, 0, out, TASK_POLL, limit).await;
                 crate::owner::ended();
                 done
@@ -396,7 +383,7 @@ impl ApiBackend {
 #[async_trait]
 impl TaskSource for ApiBackend {
     async fn status(&self, upid: &Upid) -> Result<TaskStatus, PveError> {
-        let path = format!("/nodes/{}/tasks/{}/status", upid.node, upid.text);
+        let path = format!("/nodes/{}/tasks/{upid}/status", upid.node);
         let status = self.client.get(&path, &[]).await?;
         Ok(TaskStatus {
             running: status.get("status").and_then(Value::as_str) == Some("running"),
@@ -408,7 +395,7 @@ impl TaskSource for ApiBackend {
     }
 
     async fn log(&self, upid: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError> {
-        let path = format!("/nodes/{}/tasks/{}/log", upid.node, upid.text);
+        let path = format!("/nodes/{}/tasks/{upid}/log", upid.node);
         let lines = self
             .client
             .get(
@@ -777,7 +764,7 @@ impl Pve for ApiBackend {
     }
 
     async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
-        let upid = Upid::parse(upid)?;
+        let upid: Upid = upid.trim().parse().ok()?;
         // What it logged before the restart was relayed then.
         let logged = match TaskSource::log(self, &upid, 0).await {
             Ok(lines) => lines.last().map_or(0, |(n, _)| *n),
@@ -807,15 +794,6 @@ impl Pve for ApiBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_escaped_as_perl_escapes_them() {
-        assert_eq!(
-            uri_escape("ssh-ed25519 AAAA+b/c= me@host\n"),
-            "ssh-ed25519%20AAAA%2Bb%2Fc%3D%20me%40host%0A"
-        );
-        assert_eq!(uri_escape("a-b_c.d~"), "a-b_c.d~");
-    }
 
     #[test]
     fn versions_and_the_agent_privileges_of_each() {

@@ -14,11 +14,12 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use reqwest::header::{AUTHORIZATION, HeaderValue};
-use serde_json::Value;
-
 use pvedeck_config::pve_api::{ApiSettings, Fingerprint, Trust, token_shape};
+use pvedeck_support::sync::lock;
+use reqwest::Body;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use reqwest::multipart::{Form, Part};
+use serde_json::Value;
 
 use super::pin::{Seen, client_config};
 use crate::PveError;
@@ -60,20 +61,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// An image upload's limit (gigabytes over a slow link).
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 
-fn bytes_of(text: String) -> bytes::Bytes {
-    bytes::Bytes::from(text.into_bytes())
-}
-
-/// A multipart boundary nobody can guess into the file's bytes.
-fn rand_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    // A failure leaves zeros: the boundary is then merely unusual, and a
-    // file that contains it makes Proxmox refuse the upload, not misread it.
-    let _ = getrandom::fill(&mut bytes);
-    u64::from_le_bytes(bytes)
-}
-
-/// A file as a stream of chunks, read as the upload goes.
+/// A file as a stream of chunks, read as the upload goes (256 KiB at a
+/// time: `Body::from(File)` would read 4 KiB ones).
 fn file_chunks(
     file: tokio::fs::File,
 ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
@@ -165,19 +154,6 @@ impl ApiClient {
         size: u64,
     ) -> Result<Value, PveError> {
         let shown = format!("POST {path}");
-        let boundary = format!("pvedeck-{:016x}", rand_u64());
-        let mut head = String::new();
-        for (key, value) in fields {
-            head.push_str(&format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"{key}\"\r\n\r\n{value}\r\n"
-            ));
-        }
-        head.push_str(&format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{name}\"\r\n\
-             Content-Type: application/octet-stream\r\n\r\n"
-        ));
-        let tail = format!("\r\n--{boundary}--\r\n");
-        let length = head.len() as u64 + size + tail.len() as u64;
         let opened = tokio::fs::File::open(file)
             .await
             .map_err(|e| PveError::Command {
@@ -185,20 +161,26 @@ impl ApiClient {
                 message: format!("cannot read {}: {e}", file.display()),
                 exit: None,
             })?;
-        let body = futures_util::stream::iter([Ok(bytes_of(head))])
-            .chain(file_chunks(opened))
-            .chain(futures_util::stream::iter([Ok(bytes_of(tail))]));
+        let file_part = Part::stream_with_length(Body::wrap_stream(file_chunks(opened)), size)
+            .file_name(name.to_string())
+            .mime_str("application/octet-stream")
+            .map_err(|e| self.network_error(&shown, &e))?;
+        // The names as they are (pveproxy reads no `filename*=` form), the
+        // fields before the file, as pveproxy wants them; every part's
+        // length is known, so the form's is announced (pveproxy takes no
+        // upload without it).
+        let form = fields
+            .iter()
+            .fold(Form::new().percent_encode_noop(), |form, (key, value)| {
+                form.text(key.to_string(), value.to_string())
+            })
+            .part("filename", file_part);
         let response = self
             .http
             .post(format!("{}{path}", self.base))
             .header(AUTHORIZATION, self.auth.clone())
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                format!("multipart/form-data; boundary={boundary}"),
-            )
-            .header(reqwest::header::CONTENT_LENGTH, length)
             .timeout(UPLOAD_TIMEOUT)
-            .body(reqwest::Body::wrap_stream(body))
+            .multipart(form)
             .send()
             .await
             .map_err(|e| self.network_error(&shown, &e))?;
@@ -243,7 +225,7 @@ impl ApiClient {
     /// The pin and the other certificate the server presented, when the
     /// last connection failed on it.
     fn refused_certificate(&self) -> Option<(Fingerprint, Fingerprint)> {
-        let seen = (*self.seen.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let seen = (*lock(&self.seen))?;
         match &self.trust {
             Trust::Pinned(pin) if seen != *pin => Some((*pin, seen)),
             _ => None,

@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use pvedeck_config::pve_api::{Fingerprint, Trust};
+use pvedeck_support::sync::lock;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -56,7 +57,7 @@ impl ServerCertVerifier for PinnedLeaf {
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         let got = Fingerprint::of(end_entity.as_ref());
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+        *lock(&self.seen) = Some(got);
         // Both are public values: no need for a constant-time comparison.
         if self.pin.is_none_or(|pin| pin == got) {
             Ok(ServerCertVerified::assertion())

@@ -8,40 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use crate::upid::Upid;
 use crate::{LineSink, PveError};
-
-/// `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:`
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upid {
-    pub text: String,
-    pub node: String,
-    pub kind: String,
-    pub id: String,
-}
-
-impl Upid {
-    pub fn parse(text: &str) -> Option<Upid> {
-        let text = text.trim();
-        let mut parts = text.strip_prefix("UPID:")?.split(':');
-        let node = parts.next().filter(|n| !n.is_empty())?;
-        // pid, pstart, starttime: hex numbers.
-        for _ in 0..3 {
-            let hex = parts.next()?;
-            if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-        }
-        let kind = parts.next().filter(|k| !k.is_empty())?;
-        let id = parts.next()?;
-        let _user = parts.next().filter(|u| !u.is_empty())?;
-        Some(Upid {
-            text: text.to_string(),
-            node: node.to_string(),
-            kind: kind.to_string(),
-            id: id.to_string(),
-        })
-    }
-}
 
 /// `tasks/<upid>/status`, the parts that matter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +55,7 @@ pub fn outcome(upid: &Upid, exitstatus: &str) -> Result<TaskDone, PveError> {
         return Ok(TaskDone { warnings: n });
     }
     Err(PveError::Command {
-        command: format!("task {}", upid.text),
+        command: format!("task {upid}"),
         message: exitstatus.to_string(),
         exit: None,
     })
@@ -131,7 +99,7 @@ pub async fn follow(
         }
         if began.elapsed() >= limit {
             return Err(PveError::Timeout {
-                command: format!("task {}", upid.text),
+                command: format!("task {upid}"),
                 secs: limit.as_secs(),
             });
         }
@@ -149,27 +117,17 @@ mod tests {
 
     #[test]
     fn a_upid_names_its_node_kind_and_id() {
-        let upid = Upid::parse(UPID).unwrap();
+        let upid: Upid = UPID.parse().unwrap();
         assert_eq!(
             (upid.node.as_str(), upid.kind.as_str(), upid.id.as_str()),
             ("pve1", "qmcreate", "101")
         );
-        assert_eq!(upid.text, UPID);
-        for bad in [
-            "",
-            "UPID:",
-            "UPID::000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
-            "UPID:pve1:XYZ:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
-            "UPID:pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101",
-            "pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
-        ] {
-            assert_eq!(Upid::parse(bad), None, "{bad}");
-        }
+        assert_eq!(upid.to_string(), UPID);
     }
 
     #[test]
     fn ok_and_warnings_succeed_anything_else_is_the_error() {
-        let upid = Upid::parse(UPID).unwrap();
+        let upid = UPID.parse::<Upid>().unwrap();
         assert_eq!(outcome(&upid, "OK").unwrap().warnings, 0);
         assert_eq!(outcome(&upid, "WARNINGS: 2").unwrap().warnings, 2);
         let err = outcome(&upid, "unable to create VM 101 - already exists").unwrap_err();
@@ -223,11 +181,11 @@ mod tests {
     }
 
     async fn run(script: &Script, limit: Duration) -> (Result<TaskDone, PveError>, Vec<String>) {
-        let upid = Upid::parse(UPID).unwrap();
+        let upid = UPID.parse::<Upid>().unwrap();
         let seen = Mutex::new(Vec::new());
         let out = |line: &str| seen.lock().unwrap().push(line.to_string());
         let result = follow(script, &upid, 0, &out, Duration::from_millis(1), limit).await;
-        (result, seen.into_inner().unwrap())
+        (result, pvedeck_support::sync::into_inner(seen))
     }
 
     #[tokio::test]

@@ -245,7 +245,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out.stdout, "one\nthree\n");
-        let mut lines = seen.into_inner().unwrap();
+        let mut lines = pvedeck_support::sync::into_inner(seen);
         lines.sort();
         assert_eq!(lines, ["one", "three", "two"]);
 

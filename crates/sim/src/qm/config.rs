@@ -4,25 +4,14 @@ use std::collections::BTreeMap;
 
 use pvedeck_domain::rules::is_openssh_key;
 use pvedeck_proxmox::PveError;
-use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
 
 use super::{fail, render, update_line, vm_mut, vm_on};
 use crate::params::{self, Verb};
 use crate::state::SimStorage;
 use crate::{SimCluster, timing};
-
-/// Keys whose value `qm set` shows URL-encoded (`sshkeys`).
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
+// `qm set` shows `sshkeys` URL-encoded.
+use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
+use pvedeck_proxmox::escape::uri_component;
 
 impl SimCluster {
     pub async fn qm_set(
@@ -59,7 +48,7 @@ impl SimCluster {
         if options.is_empty() {
             return Err(fail(&command, "no options specified"));
         }
-        params::verify(Verb::Set, options).map_err(|m| fail(&command, m))?;
+        params::verify(Verb::Set, options).map_err(|m| fail(&command, m.to_string()))?;
 
         // `--sshkeys FILE` reads the file on the node where qm runs (here).
         let mut resolved = Vec::with_capacity(options.len());
@@ -78,7 +67,7 @@ impl SimCluster {
                 {
                     return Err(fail(&command, "SSH public key validation error"));
                 }
-                resolved.push((key.clone(), url_encode(&text)));
+                resolved.push((key.clone(), uri_component(&text)));
             } else {
                 resolved.push((key.clone(), value.clone()));
             }
@@ -106,7 +95,7 @@ impl SimCluster {
                     k if k.starts_with("scsi") || k.starts_with("ide") => {
                         let drive =
                             attach_drive(vmid, k, value, &storages, &mut volumes, &mut next)
-                                .map_err(|m| fail(&command, m))?;
+                                .map_err(|m| fail(&command, m.to_string()))?;
                         if let Some(line) = drive {
                             lines.push(line);
                         }
@@ -218,6 +207,15 @@ pub(super) fn check_balloon(
     }
 }
 
+/// Why a drive cannot be attached, as `qm set` says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum DriveError {
+    #[error("storage '{0}' does not exist")]
+    NoStorage(String),
+    #[error("volume '{0}' does not exist")]
+    NoVolume(String),
+}
+
 /// `--scsi0 <volid>` attaches a VM volume (and drops its `unusedN` entry);
 /// `--ide2 <storage>:cloudinit` creates the cloud-init drive. Returns the
 /// line `qm` prints for a created disk.
@@ -228,14 +226,14 @@ fn attach_drive(
     storages: &[SimStorage],
     volumes: &mut BTreeMap<String, u64>,
     config: &mut BTreeMap<String, String>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, DriveError> {
     let volid = drive_volume(value);
     let extra: Vec<&str> = value.split(',').skip(1).collect();
     if let Some(storage) = volid.strip_suffix(":cloudinit") {
         let store = storages
             .iter()
             .find(|s| s.id == storage)
-            .ok_or_else(|| format!("storage '{storage}' does not exist"))?;
+            .ok_or_else(|| DriveError::NoStorage(storage.to_string()))?;
         let ci = if store.is_file_based() {
             format!("{storage}:{vmid}/vm-{vmid}-cloudinit.qcow2")
         } else {
@@ -250,7 +248,7 @@ fn attach_drive(
     }
     let size = *volumes
         .get(volid)
-        .ok_or_else(|| format!("volume '{volid}' does not exist"))?;
+        .ok_or_else(|| DriveError::NoVolume(volid.to_string()))?;
     let mut drive = volid.to_string();
     for part in extra.iter().filter(|p| !p.starts_with("size=")) {
         drive.push(',');
@@ -268,6 +266,6 @@ mod tests {
 
     #[test]
     fn keys_are_encoded() {
-        assert_eq!(url_encode("a b\n"), "a%20b%0A");
+        assert_eq!(uri_component("a b\n"), "a%20b%0A");
     }
 }

@@ -56,7 +56,7 @@ impl SimCluster {
                 "400 Parameter verification failed.\nvmid: value must have a minimum value of 100",
             ));
         }
-        params::verify(Verb::Create, options).map_err(|m| fail(&command, m))?;
+        params::verify(Verb::Create, options).map_err(|m| fail(&command, m.to_string()))?;
         let config: BTreeMap<String, String> = options.iter().cloned().collect();
         check_balloon(&command, &config)?;
 

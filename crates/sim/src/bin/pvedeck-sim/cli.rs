@@ -666,7 +666,7 @@ impl Face<'_> {
                     .map_err(|e| PveError::command("fault", format!("invalid fault: {e}"), 2))?;
                 self.sim
                     .add_fault(fault)
-                    .map_err(|e| PveError::command("fault", e, 2))?;
+                    .map_err(|e| PveError::command("fault", e.to_string(), 2))?;
                 Ok(0)
             }
             None => {

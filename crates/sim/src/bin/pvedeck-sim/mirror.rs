@@ -32,19 +32,30 @@ pub fn run() -> i32 {
     }
 }
 
-async fn serve() -> Result<(), String> {
+/// Why the mirror stopped serving.
+#[derive(Debug, thiserror::Error)]
+enum MirrorError {
+    #[error("cannot listen on 127.0.0.1: {0}")]
+    Listen(std::io::Error),
+    #[error(transparent)]
+    Socket(std::io::Error),
+}
+
+async fn serve() -> Result<(), MirrorError> {
     let app = axum::Router::new().route("/img/{file}", axum::routing::get(file));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
-        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        .map_err(MirrorError::Listen)?;
+    let port = listener.local_addr().map_err(MirrorError::Socket)?.port();
     {
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "http://127.0.0.1:{port}/img");
         let _ = stdout.flush();
     }
-    axum::serve(listener, app).await.map_err(|e| e.to_string())
+    axum::serve(listener, app)
+        .await
+        .map_err(MirrorError::Socket)
 }
 
 /// `/img/<name>` (GET or HEAD): an image or a checksum list; 404 else.

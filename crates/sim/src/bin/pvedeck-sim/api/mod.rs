@@ -15,14 +15,13 @@
 
 mod auth;
 mod error;
-mod multipart;
 mod params;
 mod routes;
 mod tasks;
 mod tls;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +31,7 @@ use pvedeck_config::Config;
 use pvedeck_proxmox::AgentExec;
 use pvedeck_sim::{SimCluster, SimInternet, SimSettings};
 use pvedeck_support::clock::Clock;
+use pvedeck_support::files::{secret_dir, write_atomically};
 use tasks::Tasks;
 
 /// What every handler shares.
@@ -67,13 +67,50 @@ impl Api {
 /// An image can be many gigabytes; beyond this is a client gone wrong.
 const UPLOAD_MAX_DEFAULT: u64 = 16 << 30;
 
-fn upload_max() -> Result<u64, String> {
-    match std::env::var("SIM_UPLOAD_MAX_BYTES") {
-        Ok(v) => v
+/// Why `pvedeck-sim api` cannot serve.
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error("{name}: not {what}: {value}")]
+    Setting {
+        name: &'static str,
+        what: &'static str,
+        value: String,
+    },
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("token: {0}")]
+    Token(std::io::Error),
+    #[error(transparent)]
+    Sim(#[from] pvedeck_sim::SimError),
+    #[error(transparent)]
+    Web(#[from] pvedeck_mirror::ImageError),
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Listen { port: u16, source: std::io::Error },
+    #[error(transparent)]
+    Socket(std::io::Error),
+}
+
+/// A setting from the environment, its default when unset.
+fn setting<T: std::str::FromStr>(
+    name: &'static str,
+    what: &'static str,
+    default: T,
+) -> Result<T, ServeError> {
+    match std::env::var(name) {
+        Ok(value) => value
             .parse()
-            .map_err(|_| format!("SIM_UPLOAD_MAX_BYTES: not a byte count: {v}")),
-        Err(_) => Ok(UPLOAD_MAX_DEFAULT),
+            .map_err(|_| ServeError::Setting { name, what, value }),
+        Err(_) => Ok(default),
     }
+}
+
+fn upload_max() -> Result<u64, ServeError> {
+    setting("SIM_UPLOAD_MAX_BYTES", "a byte count", UPLOAD_MAX_DEFAULT)
 }
 
 /// `pvedeck-sim api`: serves until killed. Returns the exit code.
@@ -109,38 +146,19 @@ pub fn run() -> i32 {
     }
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("{}: {e}", dir.display()))
-}
-
-/// Written whole or not at all, 0600: it holds the token's secret.
-fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| format!("{}: {e}", file.display()))
-}
-
-async fn serve(config: &Config) -> Result<(), String> {
+async fn serve(config: &Config) -> Result<(), ServeError> {
     let dir = config.data_dir.join("sim");
     let api_dir = dir.join("api");
-    private_dir(&api_dir)?;
+    // It holds the TLS key and the token's secret: 0700 even if it existed.
+    secret_dir(&api_dir).map_err(|source| ServeError::File {
+        path: api_dir.clone(),
+        source,
+    })?;
     let tls = tls::load(&api_dir)?;
-    let secret = auth::load_or_make_secret(&api_dir).map_err(|e| format!("token: {e}"))?;
+    let secret = auth::load_or_make_secret(&api_dir).map_err(ServeError::Token)?;
     let settings = SimSettings::from_config(config);
-    let sim = SimCluster::shared(&dir, &settings).map_err(|e| e.to_string())?;
-    let web = pvedeck_mirror::Http::new().map_err(|e| e.to_string())?;
+    let sim = SimCluster::shared(&dir, &settings)?;
+    let web = pvedeck_mirror::Http::new()?;
     let internet = SimInternet::new(
         Clock::new(settings.speed),
         web,
@@ -148,12 +166,7 @@ async fn serve(config: &Config) -> Result<(), String> {
     );
     let tasks = Tasks::new(dir.join("tasks"));
     tasks.reap_orphans();
-    let port: u16 = match std::env::var("SIM_API_PORT") {
-        Ok(p) => p
-            .parse()
-            .map_err(|_| format!("SIM_API_PORT: not a port: {p}"))?,
-        Err(_) => 0,
-    };
+    let port: u16 = setting("SIM_API_PORT", "a port", 0)?;
     let privs = Privs::from_setting(std::env::var("SIM_API_PRIVS").ok().as_deref());
     let upload_max = upload_max()?;
     let api = Arc::new(Api {
@@ -170,13 +183,8 @@ async fn serve(config: &Config) -> Result<(), String> {
     });
     // `SIM_API_MS`: what each answer takes, as pveproxy and pvedaemon
     // take it on a real cluster (the benchmark's slow Proxmox).
-    let latency = match std::env::var("SIM_API_MS") {
-        Ok(ms) => std::time::Duration::from_millis(
-            ms.parse()
-                .map_err(|_| format!("SIM_API_MS: not a number of milliseconds: {ms}"))?,
-        ),
-        Err(_) => std::time::Duration::ZERO,
-    };
+    let latency =
+        std::time::Duration::from_millis(setting("SIM_API_MS", "a number of milliseconds", 0)?);
     let router = routes::router(api.clone()).layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| async move {
             if !latency.is_zero() {
@@ -188,15 +196,22 @@ async fn serve(config: &Config) -> Result<(), String> {
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
-        .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        .map_err(|source| ServeError::Listen { port, source })?;
+    let port = listener.local_addr().map_err(ServeError::Socket)?.port();
     let url = format!("https://127.0.0.1:{port}/api2/json");
     let about = serde_json::json!({
         "url": url,
         "fingerprint": api.fingerprint,
         "token": format!("{}={}", auth::TOKEN_ID, api.secret),
     });
-    write_atomically(&dir.join("api.json"), &about.to_string())?;
+    // Whole or not at all, 0600: it holds the token's secret.
+    let about_file = dir.join("api.json");
+    write_atomically(&about_file, about.to_string().as_bytes()).map_err(|source| {
+        ServeError::File {
+            path: about_file.clone(),
+            source,
+        }
+    })?;
     {
         use std::io::Write;
         let mut stdout = std::io::stdout().lock();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
+use pvedeck_proxmox::escape::form_unescape;
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -17,41 +18,13 @@ use super::error::ApiError;
 /// forms; `input-data` of an agent exec is at most that).
 const MAX_BODY: usize = 1 << 20;
 
+/// A JSON body that is not an object of parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("body is not a JSON object")]
+pub struct NotAnObject;
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Params(BTreeMap<String, Vec<String>>);
-
-/// `%XX` and `+` decoded; invalid escapes kept as they are.
-fn unescape(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 impl Params {
     /// `a=1&b=2&b=3`, as `decode_urlencoded` reads it.
@@ -59,20 +32,20 @@ impl Params {
         let mut params = Params::default();
         for pair in text.split('&').filter(|p| !p.is_empty()) {
             let mut parts = pair.split('=');
-            let key = unescape(parts.next().unwrap_or_default());
+            let key = form_unescape(parts.next().unwrap_or_default());
             let Some(value) = parts.next().filter(|v| !v.is_empty()) else {
                 continue;
             };
-            params.push(key, unescape(value));
+            params.push(key, form_unescape(value));
         }
         params
     }
 
     /// A JSON object body: numbers and booleans as Proxmox's checks read
     /// them (`1`/`0`), arrays as repeated values, `null` absent.
-    pub fn from_json(value: &Value) -> Result<Params, String> {
+    pub fn from_json(value: &Value) -> Result<Params, NotAnObject> {
         let Value::Object(map) = value else {
-            return Err("body is not a JSON object".to_string());
+            return Err(NotAnObject);
         };
         let mut params = Params::default();
         for (key, value) in map {
@@ -203,7 +176,7 @@ impl<S: Send + Sync> FromRequest<S> for Params {
         let body = if json {
             let value: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::new(400, format!("invalid JSON body: {e}")))?;
-            Params::from_json(&value).map_err(|e| ApiError::new(400, e))?
+            Params::from_json(&value).map_err(|e| ApiError::new(400, e.to_string()))?
         } else {
             Params::from_urlencoded(&String::from_utf8_lossy(&body))
         };
@@ -227,8 +200,8 @@ mod tests {
         // sshkeys arrives encoded twice: the form decoding leaves Proxmox's.
         let p = Params::from_urlencoded("sshkeys=ssh-ed25519%2520AAAA%250A");
         assert_eq!(p.get("sshkeys"), Some("ssh-ed25519%20AAAA%0A"));
-        assert_eq!(unescape("100%"), "100%");
-        assert_eq!(unescape("%zz"), "%zz");
+        assert_eq!(form_unescape("100%"), "100%");
+        assert_eq!(form_unescape("%zz"), "%zz");
     }
 
     #[test]

@@ -6,77 +6,28 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use pvedeck_proxmox::PveError;
 use pvedeck_support::clock::now_ms;
+use pvedeck_support::files::write_atomically;
 
 /// The API token every task of this face runs as.
 pub const TASK_USER: &str = "pvedeck@pve!deck";
 
-/// A task id, `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:`
-/// (pve-common `PVE/UPID.pm`: pid, pstart and starttime as `%08X`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upid {
-    pub node: String,
-    pub pid: u32,
-    pub pstart: u32,
-    pub starttime: u32,
-    pub kind: String,
-    pub id: String,
-    pub user: String,
-}
+pub use pvedeck_proxmox::upid::Upid;
 
-impl std::fmt::Display for Upid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "UPID:{}:{:08X}:{:08X}:{:08X}:{}:{}:{}:",
-            self.node, self.pid, self.pstart, self.starttime, self.kind, self.id, self.user
-        )
-    }
-}
-
-impl Upid {
-    /// Parses a UPID strictly (it becomes a file name): Proxmox's pattern,
-    /// no `/`, no empty node or type.
-    pub fn parse(text: &str) -> Option<Upid> {
-        let rest = text.strip_prefix("UPID:")?.strip_suffix(':')?;
-        let parts: Vec<&str> = rest.split(':').collect();
-        let [node, pid, pstart, starttime, kind, id, user] = parts.as_slice() else {
-            return None;
-        };
-        let hex = |s: &str, max: usize| {
-            (s.len() >= 8 && s.len() <= max && s.bytes().all(|b| b.is_ascii_hexdigit()))
-                .then(|| u32::from_str_radix(s, 16).ok())
-                .flatten()
-        };
-        let plain = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.@!".contains(&b))
-        };
-        let node_ok =
-            !node.is_empty() && node.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !node_ok
-            || kind.is_empty()
-            || user.is_empty()
-            || !plain(kind)
-            || !plain(id)
-            || !plain(user)
-        {
-            return None;
-        }
-        Some(Upid {
-            node: node.to_string(),
-            pid: hex(pid, 8)?,
-            pstart: hex(pstart, 9)?,
-            starttime: hex(starttime, 8)?,
-            kind: kind.to_string(),
-            id: id.to_string(),
-            user: user.to_string(),
-        })
-    }
+/// A UPID as Proxmox reads it ([`Upid`]'s `FromStr`) that is also safe as
+/// a file name here: type, id and user of letters, digits and `-_.@!`, so
+/// that the UPID stays one name inside the tasks directory.
+pub fn parse(text: &str) -> Option<Upid> {
+    let upid: Upid = text.parse().ok()?;
+    let plain = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@!".contains(&b))
+    };
+    (plain(&upid.kind) && plain(&upid.id) && plain(&upid.user)).then_some(upid)
 }
 
 /// How a task ended: `OK`, or its error text (as `exitstatus` shows it).
@@ -151,7 +102,7 @@ impl Tasks {
         Upid {
             node: node.to_string(),
             pid: std::process::id().wrapping_mul(64).wrapping_add(n),
-            pstart: u32::try_from((now / 10) & 0xFFFF_FFFF).unwrap_or(0),
+            pstart: u64::try_from((now / 10) & 0xFFFF_FFFF).unwrap_or(0),
             starttime: u32::try_from(now / 1000).unwrap_or(0),
             kind: kind.to_string(),
             id: id.to_string(),
@@ -186,7 +137,7 @@ impl Tasks {
             TaskLog::at(log_path).line(&last);
             // Written after the last log line: a reader that sees the task
             // stopped sees its whole log.
-            if let Err(e) = write_atomically(&status, &exit) {
+            if let Err(e) = write_atomically(&status, exit.as_bytes()) {
                 tracing::warn!("sim api: cannot write {}: {e}", status.display());
             }
         });
@@ -213,7 +164,7 @@ impl Tasks {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(upid) = name.strip_suffix(".log").and_then(Upid::parse) else {
+            let Some(upid) = name.strip_suffix(".log").and_then(parse) else {
                 continue;
             };
             if self
@@ -221,16 +172,10 @@ impl Tasks {
                 .is_some_and(|s| matches!(s, TaskState::Running))
             {
                 TaskLog::at(self.log_file(&upid)).line("TASK ERROR: unexpected status");
-                let _ = write_atomically(&self.status_file(&upid), "unexpected status");
+                let _ = write_atomically(&self.status_file(&upid), b"unexpected status");
             }
         }
     }
-}
-
-fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, file)
 }
 
 /// One page of a task log as `GET …/log?start=&limit=` answers it:
@@ -271,9 +216,9 @@ mod tests {
             text,
             "UPID:pve1:000A1B2C:0012C3D4:66A1B2C3:qmcreate:101:pvedeck@pve!deck:"
         );
-        assert_eq!(Upid::parse(&text), Some(upid));
+        assert_eq!(parse(&text), Some(upid));
         let fresh = Tasks::new(PathBuf::from("/nonexistent")).upid("pve2", "download", "");
-        assert_eq!(Upid::parse(&fresh.to_string()), Some(fresh));
+        assert_eq!(parse(&fresh.to_string()), Some(fresh));
     }
 
     #[test]
@@ -286,7 +231,7 @@ mod tests {
             "UPID:pve1:zz0A1B2C:0012C3D4:66A1B2C3:qmcreate:101:root@pam:",
             "upid",
         ] {
-            assert_eq!(Upid::parse(bad), None, "{bad}");
+            assert_eq!(parse(bad), None, "{bad}");
         }
     }
 

@@ -4,40 +4,26 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::{Path, State};
-use pvedeck_sim::store::lock;
+use axum::extract::State;
+use pvedeck_support::sync::lock;
 use serde_json::json;
 
 use super::super::error::ApiError;
-use super::super::params::Params;
 use super::super::{Api, ApiResult, data};
-use super::vmid;
+use super::{Vm, VmParams};
 
-pub async fn ping(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.privs.require_any(
-        &format!("/vms/{id}"),
-        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
-    )?;
-    api.vm_here(&node, id)?;
+pub async fn ping(State(api): State<Arc<Api>>, vm: Vm) -> ApiResult {
+    vm.open(&api, &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"])?;
+    let Vm { node, id } = vm;
     api.sim.qm_agent_ping(&node, id).await?;
     Ok(data(json!({"result": {}})))
 }
 
 /// `POST …/agent/exec`: the simulated guest runs the command at once (its
 /// commands are instant); the result waits for `exec-status`.
-pub async fn exec(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.privs
-        .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
-    api.vm_here(&node, id)?;
+pub async fn exec(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
+    vm.open(&api, &["VM.GuestAgent.Unrestricted"])?;
+    let Vm { node, id } = vm;
     let command = params.list("command");
     if command.is_empty() {
         return Err(ApiError::param(
@@ -53,15 +39,9 @@ pub async fn exec(
 
 /// `GET …/agent/exec-status?pid=`: out-data and err-data already decoded,
 /// booleans 0/1. Like qga, a pid reported exited is forgotten.
-pub async fn exec_status(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.privs
-        .require(&format!("/vms/{id}"), "VM.GuestAgent.Unrestricted")?;
-    api.vm_here(&node, id)?;
+pub async fn exec_status(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
+    vm.open(&api, &["VM.GuestAgent.Unrestricted"])?;
+    let id = vm.id;
     let pid = params
         .int("pid")?
         .ok_or_else(|| ApiError::param("pid", "property is missing and it is not optional"))?;
@@ -90,16 +70,9 @@ pub async fn exec_status(
     Ok(data(out))
 }
 
-pub async fn interfaces(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.privs.require_any(
-        &format!("/vms/{id}"),
-        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"],
-    )?;
-    api.vm_here(&node, id)?;
+pub async fn interfaces(State(api): State<Arc<Api>>, vm: Vm) -> ApiResult {
+    vm.open(&api, &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"])?;
+    let Vm { node, id } = vm;
     let result = api.sim.qm_agent_interfaces(&node, id).await?;
     Ok(data(json!({ "result": result })))
 }

@@ -115,7 +115,7 @@ pub async fn rrddata(
     api.node_up(&node)?;
     api.privs.require(&format!("/nodes/{node}"), "Sys.Audit")?;
     let timeframe = pvedeck_sim::rrd::timeframe(params.get("timeframe"))
-        .map_err(|why| ApiError::param("timeframe", why))?;
+        .map_err(|why| ApiError::param("timeframe", why.to_string()))?;
     Ok(data(
         pvedeck_proxmox::Pve::rrddata(&api.sim, &node, timeframe).await?,
     ))

@@ -11,7 +11,8 @@ mod upload;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -20,6 +21,7 @@ use pvedeck_sim::qm::vm_on;
 use super::Api;
 use super::auth;
 use super::error::ApiError;
+use super::params::Params;
 
 pub fn router(api: Arc<Api>) -> Router {
     let q = "/api2/json/nodes/{node}/qemu/{vmid}";
@@ -117,6 +119,83 @@ fn vmid(raw: &str) -> Result<u32, ApiError> {
     Ok(n)
 }
 
+/// The VM a `/nodes/{node}/qemu/{vmid}/…` route is about: the node as
+/// the path names it, the vmid checked as `pve-vmid`. Extracting it is the
+/// first check of every VM call; [`Vm::open`] is the rest of the prologue.
+pub struct Vm {
+    pub node: String,
+    pub id: u32,
+}
+
+/// The path's segments as they came.
+#[derive(serde::Deserialize)]
+struct VmSegments {
+    node: String,
+    vmid: String,
+}
+
+async fn vm_segments(parts: &mut Parts, api: &Arc<Api>) -> Result<VmSegments, ApiError> {
+    let Path(segments) = Path::<VmSegments>::from_request_parts(parts, api)
+        .await
+        .map_err(|e| ApiError::new(500, e.body_text()))?;
+    Ok(segments)
+}
+
+impl FromRequestParts<Arc<Api>> for Vm {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Vm, ApiError> {
+        let segments = vm_segments(parts, api).await?;
+        Ok(Vm {
+            id: vmid(&segments.vmid)?,
+            node: segments.node,
+        })
+    }
+}
+
+impl Vm {
+    /// Where the VM's privileges are granted.
+    pub fn acl(&self) -> String {
+        format!("/vms/{}", self.id)
+    }
+
+    /// The rest of a VM call's prologue, in pveproxy's order: the token
+    /// holds one of `privileges` on the VM (a 403 names the first), then
+    /// the node answers and holds the VM.
+    pub fn open(&self, api: &Api, privileges: &[&str]) -> Result<(), ApiError> {
+        api.privs.require_any(&self.acl(), privileges)?;
+        self.found(api)
+    }
+
+    /// The node answers and holds the VM (Proxmox's `load_config`).
+    pub fn found(&self, api: &Api) -> Result<(), ApiError> {
+        api.node_up(&self.node)?;
+        let (node, id) = (&self.node, self.id);
+        api.sim
+            .read(|s| vm_on(s, node, id, "api", true).map(drop))
+            .map_err(ApiError::from)
+    }
+}
+
+/// A VM call with parameters: the body is read first (its refusals come
+/// first, as pveproxy reads a request whole), then the vmid is checked.
+pub struct VmParams(pub Vm, pub Params);
+
+impl FromRequest<Arc<Api>> for VmParams {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, api: &Arc<Api>) -> Result<VmParams, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let segments = vm_segments(&mut parts, api).await?;
+        let params = Params::from_request(Request::from_parts(parts, body), api).await?;
+        let vm = Vm {
+            id: vmid(&segments.vmid)?,
+            node: segments.node,
+        };
+        Ok(VmParams(vm, params))
+    }
+}
+
 impl Api {
     /// pveproxy proxies `/nodes/{node}/…` to that node: an unknown name
     /// does not resolve, an offline node does not answer.
@@ -132,14 +211,5 @@ impl Api {
             Some(false) => Err(ApiError::new(595, "No route to host")),
             Some(true) => Ok(()),
         }
-    }
-
-    /// What every VM call checks before its worker starts: the node
-    /// answers and the VM's config is there (Proxmox's `load_config`).
-    fn vm_here(&self, node: &str, vmid: u32) -> Result<(), ApiError> {
-        self.node_up(node)?;
-        self.sim
-            .read(|s| vm_on(s, node, vmid, "api", true).map(drop))
-            .map_err(ApiError::from)
     }
 }

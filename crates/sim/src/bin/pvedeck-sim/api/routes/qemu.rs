@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use pvedeck_proxmox::escape;
 use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions};
 use pvedeck_sim::params::{self as qm_params, Verb};
 use serde_json::{Value, json};
@@ -15,7 +16,7 @@ use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::tasks::{TaskLog, TaskState};
 use super::super::{Api, ApiResult, data};
-use super::vmid;
+use super::{Vm, VmParams, vmid};
 
 /// Options only root may use: a token never is root (Qemu.pm).
 fn refuse_root_only(params: &Params, keys: &[&str]) -> Result<(), ApiError> {
@@ -89,35 +90,13 @@ fn drive_storage(value: &str) -> Option<&str> {
 /// `sshkeys` arrives URL-encoded (format `urlencoded`); Proxmox decodes it
 /// and checks every key. Returns the decoded text.
 fn decode_sshkeys(value: &str) -> Result<String, ApiError> {
-    let ok = value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-%_.!~*'()".contains(&b));
-    if !ok {
+    if !escape::is_urlencoded(value) {
         return Err(ApiError::param(
             "sshkeys",
             format!("invalid urlencoded string: {value}"),
         ));
     }
-    let mut out = Vec::new();
-    let bytes = value.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    let text = String::from_utf8_lossy(&out).into_owned();
+    let text = escape::uri_unescape(value).into_owned();
     let valid = text
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -293,10 +272,10 @@ impl Api {
     /// decoded, split from the imports.
     fn config_request(
         &self,
-        node: &str,
-        vmid: u32,
+        vm: &Vm,
         params: &Params,
     ) -> Result<(QmOptions, Vec<Import>), ApiError> {
+        let vmid = vm.id;
         refuse_root_only(params, &["skiplock"])?;
         let options = params.options(&["node", "vmid", "background_delay", "digest"]);
         if options.is_empty() {
@@ -314,7 +293,7 @@ impl Api {
         let (plain, imports) = split_imports(options)?;
         self.check_storage(&plain, &imports)?;
         // After the privileges, as Proxmox checks them before the handler runs.
-        self.vm_here(node, vmid)?;
+        vm.found(self)?;
         let mut decoded = Vec::with_capacity(plain.len());
         for (key, value) in plain {
             let value = if key == "sshkeys" {
@@ -330,7 +309,7 @@ impl Api {
             .cloned()
             .collect();
         qm_params::verify(Verb::Set, &check)
-            .map_err(|m| ApiError::from_pve(&PveError::command("qm set", m, 255)))?;
+            .map_err(|m| ApiError::from_pve(&PveError::command("qm set", m.to_string(), 255)))?;
         Ok((decoded, imports))
     }
 }
@@ -365,7 +344,7 @@ pub async fn create(
         }
     }
     qm_params::verify(Verb::Create, &plain)
-        .map_err(|m| ApiError::from_pve(&PveError::command("qm create", m, 255)))?;
+        .map_err(|m| ApiError::from_pve(&PveError::command("qm create", m.to_string(), 255)))?;
     if let Some(owner) = api.sim.read(|s| s.vms.get(&id).map(|vm| vm.node.clone())) {
         return Err(ApiError::new(
             500,
@@ -417,13 +396,11 @@ const NUMERIC_KEYS: &[&str] = &[
 ];
 
 /// `GET …/config`: pending changes applied, `digest` added.
-pub async fn config(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.node_up(&node)?;
-    api.privs.require(&format!("/vms/{id}"), "VM.Audit")?;
+pub async fn config(State(api): State<Arc<Api>>, vm: Vm) -> ApiResult {
+    // The node first: `qm_config` finds the VM (or says it has none).
+    api.node_up(&vm.node)?;
+    api.privs.require(&vm.acl(), "VM.Audit")?;
+    let Vm { node, id } = vm;
     let config = api.sim.qm_config(&node, id).await?;
     let mut text = String::new();
     let mut out = serde_json::Map::new();
@@ -445,13 +422,9 @@ pub async fn config(
 }
 
 /// `PUT …/config`: synchronous, `null`.
-pub async fn config_sync(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    let (options, imports) = api.config_request(&node, id, &params)?;
+pub async fn config_sync(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
+    let (options, imports) = api.config_request(&vm, &params)?;
+    let Vm { node, id } = vm;
     // No task: the lines go nowhere, as over a synchronous call.
     let log = TaskLog::discard();
     api.set(&node, id, options, &log).await?;
@@ -466,10 +439,8 @@ pub async fn config_sync(
 /// `failed to update VM <id>: <status>`, else the UPID (Qemu.pm).
 pub async fn config_async(
     State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
+    VmParams(vm, params): VmParams,
 ) -> ApiResult {
-    let id = vmid(&raw)?;
     let delay = params.int("background_delay")?;
     if let Some(d) = delay
         && !(1..=30).contains(&d)
@@ -484,7 +455,8 @@ pub async fn config_async(
             format!("value must have a {bound}"),
         ));
     }
-    let (options, imports) = api.config_request(&node, id, &params)?;
+    let (options, imports) = api.config_request(&vm, &params)?;
+    let Vm { node, id } = vm;
     let task_api = api.clone();
     let upid = api.tasks.spawn(
         api.tasks.upid(&node, "qmconfig", &id.to_string()),
@@ -517,17 +489,12 @@ pub async fn config_async(
 }
 
 /// `PUT …/resize`: task `resize` (PVE ≥ 8).
-pub async fn resize(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
+pub async fn resize(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
     refuse_root_only(&params, &["skiplock"])?;
     let disk = params.required("disk")?.to_string();
     let size = params.required("size")?.to_string();
-    api.privs.require(&format!("/vms/{id}"), "VM.Config.Disk")?;
-    api.vm_here(&node, id)?;
+    vm.open(&api, &["VM.Config.Disk"])?;
+    let Vm { node, id } = vm;
     let drive = api.sim.read(|s| {
         s.vms
             .get(&id)
@@ -546,13 +513,11 @@ pub async fn resize(
 }
 
 /// `GET …/status/current`.
-pub async fn status(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.node_up(&node)?;
-    api.privs.require(&format!("/vms/{id}"), "VM.Audit")?;
+pub async fn status(State(api): State<Arc<Api>>, vm: Vm) -> ApiResult {
+    // The node first: `qm_status` finds the VM (or says it has none).
+    api.node_up(&vm.node)?;
+    api.privs.require(&vm.acl(), "VM.Audit")?;
+    let Vm { node, id } = vm;
     let status = api.sim.qm_status(&node, id).await?;
     let sim = &api.sim;
     let (resource, agent, lock) = sim.read(|s| {
@@ -605,14 +570,19 @@ pub async fn status(
     Ok(data(out))
 }
 
+/// The action segment of `…/status/{action}`.
+#[derive(serde::Deserialize)]
+pub struct PowerPath {
+    action: String,
+}
+
 /// `POST …/status/{start|stop|shutdown|reboot}`: tasks `qm<action>`.
 pub async fn power(
     State(api): State<Arc<Api>>,
-    Path((node, raw, action)): Path<(String, String, String)>,
-    params: Params,
+    Path(action): Path<PowerPath>,
+    VmParams(vm, params): VmParams,
 ) -> ApiResult {
-    let id = vmid(&raw)?;
-    let action = match action.as_str() {
+    let action = match action.action.as_str() {
         "start" => PowerAction::Start,
         "stop" => PowerAction::Stop { skiplock: false },
         "shutdown" => PowerAction::Shutdown,
@@ -620,13 +590,16 @@ pub async fn power(
         other => {
             return Err(ApiError::new(
                 501,
-                format!("Method 'POST /nodes/{node}/qemu/{id}/status/{other}' not implemented"),
+                format!(
+                    "Method 'POST /nodes/{}/qemu/{}/status/{other}' not implemented",
+                    vm.node, vm.id
+                ),
             ));
         }
     };
     refuse_root_only(&params, &["skiplock"])?;
-    api.privs.require(&format!("/vms/{id}"), "VM.PowerMgmt")?;
-    api.vm_here(&node, id)?;
+    vm.open(&api, &["VM.PowerMgmt"])?;
+    let Vm { node, id } = vm;
     if action == PowerAction::Reboot && !api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running))
     {
         return Err(ApiError::new(500, format!("VM {id} not running")));
@@ -641,17 +614,12 @@ pub async fn power(
 }
 
 /// `DELETE /nodes/{node}/qemu/{vmid}`: task `qmdestroy`.
-pub async fn destroy(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
+pub async fn destroy(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
     refuse_root_only(&params, &["skiplock"])?;
     params.flag("purge")?;
     params.flag("destroy-unreferenced-disks")?;
-    api.privs.require(&format!("/vms/{id}"), "VM.Allocate")?;
-    api.vm_here(&node, id)?;
+    vm.open(&api, &["VM.Allocate"])?;
+    let Vm { node, id } = vm;
     if api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running)) {
         return Err(ApiError::new(
             500,
@@ -672,21 +640,16 @@ pub async fn destroy(
 }
 
 /// `POST …/migrate`: task `qmigrate`, the migration log in the task log.
-pub async fn migrate(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let id = vmid(&raw)?;
+pub async fn migrate(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
     refuse_root_only(&params, &["force", "migration_type", "migration_network"])?;
     let target = params.required("target")?.to_string();
     let online = params.flag("online")?;
     params.flag("with-local-disks")?;
-    if target == node {
+    if target == vm.node {
         return Err(ApiError::param("target", "target is local node."));
     }
-    api.privs.require(&format!("/vms/{id}"), "VM.Migrate")?;
-    api.vm_here(&node, id)?;
+    vm.open(&api, &["VM.Migrate"])?;
+    let Vm { node, id } = vm;
     let running = api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running));
     if running && !online {
         return Err(ApiError::new(
@@ -706,17 +669,14 @@ pub async fn migrate(
 }
 
 /// `POST …/clone`: task `qmclone` (linked from a template unless `full`).
-pub async fn clone(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-    params: Params,
-) -> ApiResult {
-    let source = vmid(&raw)?;
+pub async fn clone(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
     let newid = vmid(params.required("newid")?)
         .map_err(|_| ApiError::param("newid", "value must have a minimum value of 100"))?;
-    api.privs.require(&format!("/vms/{source}"), "VM.Clone")?;
+    // Both privileges before the VM is looked for.
+    api.privs.require(&vm.acl(), "VM.Clone")?;
     api.privs.require(&format!("/vms/{newid}"), "VM.Allocate")?;
-    api.vm_here(&node, source)?;
+    vm.found(&api)?;
+    let Vm { node, id: source } = vm;
     if let Some(target) = params.get("target").filter(|t| *t != node) {
         return Err(ApiError::new(
             500,
@@ -754,13 +714,9 @@ pub async fn clone(
 }
 
 /// `POST …/template`: task `qmtemplate`, its pre-checks answered at once.
-pub async fn template(
-    State(api): State<Arc<Api>>,
-    Path((node, raw)): Path<(String, String)>,
-) -> ApiResult {
-    let id = vmid(&raw)?;
-    api.privs.require(&format!("/vms/{id}"), "VM.Allocate")?;
-    api.vm_here(&node, id)?;
+pub async fn template(State(api): State<Arc<Api>>, vm: Vm) -> ApiResult {
+    vm.open(&api, &["VM.Allocate"])?;
+    let Vm { node, id } = vm;
     api.sim.qm_template_check(&node, id)?;
     let task_api = api.clone();
     let upid = api.tasks.spawn(
@@ -815,16 +771,7 @@ mod tests {
     #[test]
     fn sshkeys_are_decoded_as_proxmox_does() {
         let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@host";
-        let encoded: String = key
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
+        let encoded = escape::uri_escape(key);
         assert_eq!(decode_sshkeys(&encoded).unwrap(), key);
         assert_eq!(decode_sshkeys("ssh-ed25519 AAAA").unwrap_err().status, 400);
         assert_eq!(decode_sshkeys("not%20a%20key").unwrap_err().status, 500);

@@ -8,11 +8,11 @@ use serde_json::json;
 
 use super::super::error::ApiError;
 use super::super::params::Params;
-use super::super::tasks::{TaskState, Upid, page};
+use super::super::tasks::{self, TaskState, Upid, page};
 use super::super::{Api, ApiResult, data};
 
 fn upid(raw: &str) -> Result<Upid, ApiError> {
-    Upid::parse(raw)
+    tasks::parse(raw)
         .ok_or_else(|| ApiError::param("upid", format!("unable to parse worker upid '{raw}'")))
 }
 

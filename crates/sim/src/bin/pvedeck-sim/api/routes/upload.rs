@@ -6,6 +6,8 @@
 //! the parameters, so a refused parameter is answered after the body; the
 //! simulator checks them when the file part begins (the fields come
 //! first) and throws the rest of the body away, which answers the same.
+//! The body is read with `multer`, the file's bytes written as they arrive:
+//! an image of gigabytes is never held in memory.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -14,14 +16,12 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-use futures_util::StreamExt;
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use pvedeck_proxmox::PveError;
 use pvedeck_sim::state::SimStorage;
 use tokio::io::AsyncWriteExt;
 
 use super::super::error::ApiError;
-use super::super::multipart::{self, Event};
 use super::super::params::Params;
 use super::super::tasks::{TaskLog, Upid};
 use super::super::{Api, ApiResult, data};
@@ -45,6 +45,13 @@ const SMALL_BODY: usize = 1 << 20;
 
 /// Streamed to disk: the spool file is written in pieces this large.
 const WRITE_BUFFER: usize = 1 << 20;
+
+/// A plain field beyond this is refused: the fields are short words and
+/// checksums, so more is a client gone wrong, not data to keep.
+const MAX_FIELD: usize = 64 * 1024;
+
+/// RFC 2046: a boundary has 1 to 70 characters.
+const MAX_BOUNDARY: usize = 70;
 
 pub async fn upload(
     State(api): State<Arc<Api>>,
@@ -81,31 +88,79 @@ fn admit(api: &Api, node: &str, storage: &str, headers: &HeaderMap) -> Result<St
     Ok(boundary)
 }
 
-/// The boundary of a `multipart/form-data` Content-Type, as pveproxy's
-/// `parse_content_type` finds it.
+/// The boundary of a `multipart/form-data` Content-Type; any other type
+/// is refused in pveproxy's words.
 fn boundary(headers: &HeaderMap) -> Result<String, ApiError> {
     let ctype = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    let mut items = ctype.split([';', ',']).map(str::trim);
-    let kind = items.next().unwrap_or_default();
-    let boundary = items
-        .find_map(|item| {
-            let (key, value) = item.split_once('=')?;
-            key.trim()
-                .eq_ignore_ascii_case("boundary")
-                .then(|| value.trim().trim_matches('"').to_string())
+    multer::parse_boundary(ctype)
+        .ok()
+        .filter(|b| !b.is_empty() && b.len() <= MAX_BOUNDARY)
+        .ok_or_else(|| {
+            ApiError::proxy(
+                501,
+                format!("upload 'Content-Type '{ctype}' not implemented"),
+            )
         })
-        // RFC 2046: 1 to 70 characters.
-        .filter(|b| !b.is_empty() && b.len() <= 70);
-    match boundary {
-        Some(b) if kind.eq_ignore_ascii_case("multipart/form-data") => Ok(b),
-        _ => Err(ApiError::proxy(
-            501,
-            format!("upload 'Content-Type '{ctype}' not implemented"),
-        )),
+}
+
+/// A body pveproxy would not take as an upload: 501, `upload failed - …`.
+fn upload_failed(detail: impl std::fmt::Display) -> ApiError {
+    ApiError::proxy(501, format!("upload failed - {detail}"))
+}
+
+/// multer's refusals in the words the simulator has always used.
+fn unreadable(e: multer::Error) -> ApiError {
+    use std::error::Error as _;
+    match e {
+        multer::Error::IncompleteStream
+        | multer::Error::IncompleteFieldData { .. }
+        | multer::Error::IncompleteHeaders => {
+            upload_failed("the body ends before the closing delimiter")
+        }
+        // The connection's own error, as the body stream gave it.
+        multer::Error::StreamReadFailed(_) => match e.source() {
+            Some(cause) => upload_failed(cause),
+            None => upload_failed(e),
+        },
+        e => upload_failed(e),
     }
+}
+
+/// A part's name and, for the file part, its file name, from a
+/// `Content-Disposition: form-data; name="…"[; filename="…"]` that multer
+/// parsed.
+fn disposition(part: &multer::Field<'_>) -> Result<(String, Option<String>), ApiError> {
+    let value = part
+        .headers()
+        .get(CONTENT_DISPOSITION)
+        .ok_or_else(|| upload_failed("a multipart part without Content-Disposition"))?;
+    let value = String::from_utf8_lossy(value.as_bytes());
+    let kind = value.split(';').next().unwrap_or_default().trim();
+    if kind != "form-data" {
+        return Err(ApiError::proxy(
+            501,
+            format!("wrong Content-Disposition '{kind}' in multipart, expected 'form-data'"),
+        ));
+    }
+    let name = part
+        .name()
+        .ok_or_else(|| upload_failed("a multipart part without a name"))?;
+    Ok((name.to_string(), part.file_name().map(str::to_string)))
+}
+
+/// A plain field's value, untrimmed.
+async fn field_value(part: &mut multer::Field<'_>, name: &str) -> Result<String, ApiError> {
+    let mut value = Vec::new();
+    while let Some(chunk) = part.chunk().await.map_err(unreadable)? {
+        if value.len() + chunk.len() > MAX_FIELD {
+            return Err(upload_failed(format!("field '{name}' too large")));
+        }
+        value.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&value).into_owned())
 }
 
 /// The announced length: pveproxy takes no upload without one, nor a
@@ -162,31 +217,10 @@ struct Target<'a> {
 impl Target<'_> {
     /// Reads the body to its end: the file spooled, or why it is refused.
     async fn receive(&self, boundary: &str, body: Body) -> Result<Spool, ApiError> {
-        let mut parser = multipart::Upload::new(boundary);
-        let mut stream = body.into_data_stream();
-        let mut fields = Vec::new();
-        let mut sink = Sink::Waiting;
-        loop {
-            while let Some(event) = parser
-                .next()
-                .map_err(|e| ApiError::proxy(501, e.to_string()))?
-            {
-                match event {
-                    // pveproxy trims the fields.
-                    Event::Field { name, value } => fields.push((name, value.trim().to_string())),
-                    Event::FileStart { filename } => sink = self.open(&fields, &filename),
-                    Event::FileData(bytes) => sink.write(&bytes).await?,
-                    Event::End => return sink.finish().await,
-                }
-            }
-            match stream.next().await {
-                Some(Ok(chunk)) => parser.push(&chunk),
-                Some(Err(e)) => {
-                    return Err(ApiError::proxy(501, format!("upload failed - {e}")));
-                }
-                None => parser.close(),
-            }
-        }
+        read_upload(boundary, body, |fields, filename| {
+            self.open(fields, filename)
+        })
+        .await
     }
 
     /// The spool for the file part, or the refusal the body ends with.
@@ -267,6 +301,44 @@ impl Target<'_> {
     }
 }
 
+/// Reads an upload's body: the plain fields first, then one file part
+/// named `filename`, which goes where `open` says once the fields are
+/// known, then the closing delimiter.
+async fn read_upload(
+    boundary: &str,
+    body: Body,
+    mut open: impl FnMut(&[(String, String)], &str) -> Sink,
+) -> Result<Spool, ApiError> {
+    let mut form = multer::Multipart::new(body.into_data_stream(), boundary);
+    let mut fields = Vec::new();
+    let mut sink = Sink::Waiting;
+    while let Some(mut part) = form.next_field().await.map_err(unreadable)? {
+        if !matches!(sink, Sink::Waiting) {
+            return Err(upload_failed("a part after the file part"));
+        }
+        match disposition(&part)? {
+            (name, None) => {
+                let value = field_value(&mut part, &name).await?;
+                // pveproxy trims the fields.
+                fields.push((name, value.trim().to_string()));
+            }
+            (name, Some(_)) if name != "filename" => {
+                return Err(ApiError::proxy(
+                    501,
+                    format!("wrong field name '{name}' for file upload, expected 'filename'"),
+                ));
+            }
+            (_, Some(filename)) => {
+                sink = open(&fields, &filename);
+                while let Some(bytes) = part.chunk().await.map_err(unreadable)? {
+                    sink.write(&bytes).await?;
+                }
+            }
+        }
+    }
+    sink.finish().await
+}
+
 /// The content's directory in the storage, once the name has an
 /// extension that content may have (Storage.pm's `*_EXT_RE`).
 fn content_subdir(content: &str, name: &str) -> Result<&'static str, ApiError> {
@@ -318,7 +390,7 @@ impl Sink {
                 Ok(*spool)
             }
             Sink::Discard(e) => Err(e),
-            Sink::Waiting => Err(ApiError::proxy(501, "upload failed - no file part")),
+            Sink::Waiting => Err(upload_failed("no file part")),
         }
     }
 }
@@ -496,6 +568,194 @@ mod tests {
             map.insert(k.clone(), HeaderValue::from_str(v).unwrap());
         }
         map
+    }
+
+    const BOUNDARY: &str = "pvedeck-00c0ffee12345678";
+
+    /// A body as pvedeck's client sends it: the fields, then the file.
+    fn body(fields: &[(&str, &str)], file: Option<(&str, &[u8])>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (key, value) in fields {
+            out.extend_from_slice(
+                format!(
+                    "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{key}\"\r\n\r\n{value}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        if let Some((name, data)) = file {
+            out.extend_from_slice(
+                format!(
+                    "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{name}\"\r\n\
+                     Content-Type: application/octet-stream\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+            out.extend_from_slice(data);
+        }
+        out.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+        out
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    struct Parsed {
+        fields: Vec<(String, String)>,
+        filename: String,
+        data: Vec<u8>,
+    }
+
+    /// `body` read in the pieces `cuts` makes of it, the file spooled in
+    /// a temporary directory.
+    async fn read(body: &[u8], cuts: &[usize]) -> Result<Parsed, ApiError> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut chunks = Vec::new();
+        let mut from = 0;
+        for &cut in cuts.iter().chain([&body.len()]) {
+            chunks.push(Ok::<_, std::io::Error>(body[from..cut].to_vec()));
+            from = cut;
+        }
+        let body = Body::from_stream(futures_util::stream::iter(chunks));
+        let seen = std::cell::RefCell::new((Vec::new(), String::new()));
+        let spool = read_upload(BOUNDARY, body, |fields, filename| {
+            *seen.borrow_mut() = (fields.to_vec(), filename.to_string());
+            let job = Job {
+                content: "import".into(),
+                name: "a.qcow2".into(),
+                dest: dir.path().join("a.qcow2"),
+                shown: "local:import/a.qcow2".into(),
+                checksum: None,
+            };
+            Sink::Spool(Box::new(Spool::create(job).unwrap()))
+        })
+        .await?;
+        let data = std::fs::read(&spool.temp).unwrap();
+        assert_eq!(spool.size, data.len() as u64);
+        let (fields, filename) = seen.into_inner();
+        Ok(Parsed {
+            fields,
+            filename,
+            data,
+        })
+    }
+
+    /// Image bytes that look like beginnings of the delimiter.
+    fn tricky_data() -> Vec<u8> {
+        let mut data = b"QFI\xfb\r\n--pvedeck-00c0ffee1234567\r\n\r\n-".to_vec();
+        data.extend_from_slice(b"\r\n-pvedeck\r\r\n--pvedeck-00c0ffee123456 \r\n--");
+        data.extend((0..=255u8).cycle().take(600));
+        data.extend_from_slice(b"\r\n--");
+        data
+    }
+
+    #[tokio::test]
+    async fn a_delimiter_split_at_any_chunk_position_is_found() {
+        let data = tricky_data();
+        let fields = [("content", "import"), ("checksum-algorithm", " sha256 ")];
+        let body = body(&fields, Some(("debian 12.qcow2", &data)));
+        let expected = Parsed {
+            fields: vec![
+                ("content".into(), "import".into()),
+                ("checksum-algorithm".into(), "sha256".into()),
+            ],
+            filename: "debian 12.qcow2".to_string(),
+            data: data.clone(),
+        };
+        for cut in 0..=body.len() {
+            assert_eq!(read(&body, &[cut]).await.unwrap(), expected, "cut at {cut}");
+        }
+        let every_byte: Vec<usize> = (1..body.len()).collect();
+        assert_eq!(read(&body, &every_byte).await.unwrap(), expected);
+        for size in [2, 3, 7, 29, 64] {
+            let cuts: Vec<usize> = (size..body.len()).step_by(size).collect();
+            assert_eq!(
+                read(&body, &cuts).await.unwrap(),
+                expected,
+                "chunks of {size}"
+            );
+        }
+    }
+
+    fn refusal(result: Result<Parsed, ApiError>) -> (u16, String) {
+        let e = result.unwrap_err();
+        (e.status, e.message)
+    }
+
+    #[tokio::test]
+    async fn a_body_without_its_file_part_is_refused() {
+        let body = body(&[("content", "import")], None);
+        assert_eq!(
+            refusal(read(&body, &[10]).await),
+            (501, "upload failed - no file part".to_string())
+        );
+        let wrong = String::from_utf8(self::body(&[], Some(("a.qcow2", b"x"))))
+            .unwrap()
+            .replace("name=\"filename\"", "name=\"file\"");
+        assert_eq!(
+            refusal(read(wrong.as_bytes(), &[]).await),
+            (
+                501,
+                "wrong field name 'file' for file upload, expected 'filename'".to_string()
+            )
+        );
+        assert_eq!(
+            refusal(read(b"no delimiter at all", &[]).await),
+            (
+                501,
+                "upload failed - the body ends before the closing delimiter".to_string()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_without_its_closing_delimiter_is_refused() {
+        let full = body(&[("content", "import")], Some(("a.qcow2", &tricky_data())));
+        let closing = format!("\r\n--{BOUNDARY}--\r\n").len();
+        for cut in [full.len() - closing, full.len() - 3, 60] {
+            let (status, message) = refusal(read(&full[..cut], &[]).await);
+            assert_eq!(
+                (status, message.as_str()),
+                (
+                    501,
+                    "upload failed - the body ends before the closing delimiter"
+                ),
+                "cut {cut}"
+            );
+        }
+        // A further part after the file is not taken either.
+        let mut extra = full[..full.len() - closing].to_vec();
+        extra.extend_from_slice(b"\r\n");
+        extra.extend_from_slice(&body(&[("checksum", "ab")], None));
+        assert_eq!(
+            refusal(read(&extra, &[]).await),
+            (
+                501,
+                "upload failed - a part after the file part".to_string()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_field_is_short_and_a_part_is_form_data() {
+        let long = "x".repeat(MAX_FIELD + 1);
+        let body1 = body(&[("checksum", &long)], Some(("a.qcow2", b"x")));
+        assert_eq!(
+            refusal(read(&body1, &[]).await),
+            (
+                501,
+                "upload failed - field 'checksum' too large".to_string()
+            )
+        );
+        let attachment = String::from_utf8(body(&[("content", "import")], None))
+            .unwrap()
+            .replace("form-data; name", "attachment; name");
+        assert_eq!(
+            refusal(read(attachment.as_bytes(), &[]).await),
+            (
+                501,
+                "wrong Content-Disposition 'attachment' in multipart, expected 'form-data'"
+                    .to_string()
+            )
+        );
     }
 
     #[test]

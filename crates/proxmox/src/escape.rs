@@ -1,0 +1,92 @@
+//! Percent-encoding as Proxmox VE writes and reads it, one copy for the
+//! api adapter and the simulator, on the `percent-encoding` crate. The
+//! sets differ by who writes: the adapter escapes as Perl's `uri_escape`,
+//! `qm` stores `sshkeys` as the web UI's `encodeURIComponent` does, and
+//! both are read back by one decoding.
+
+use std::borrow::Cow;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
+/// Perl's `URI::Escape::uri_escape`: everything but RFC 3986's unreserved
+/// `A-Za-z0-9-._~`.
+const URI_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// JavaScript's `encodeURIComponent` (what a node shows as `sshkeys`):
+/// everything but `A-Za-z0-9-_.!~*'()`.
+const URI_COMPONENT: &AsciiSet = &URI_ESCAPE
+    .remove(b'!')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// `raw` as Perl's `uri_escape` encodes it: what Proxmox expects inside
+/// the `sshkeys` value, before the form encoding encodes it again.
+pub fn uri_escape(raw: &str) -> String {
+    utf8_percent_encode(raw, URI_ESCAPE).to_string()
+}
+
+/// `raw` as `encodeURIComponent` encodes it (`qm config`'s `sshkeys`).
+pub fn uri_component(raw: &str) -> String {
+    utf8_percent_encode(raw, URI_COMPONENT).to_string()
+}
+
+/// Whether `text` has only the characters of Proxmox's `urlencoded`
+/// format (`^[-%a-zA-Z0-9_.!~*'()]*$`).
+pub fn is_urlencoded(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-%_.!~*'()".contains(&b))
+}
+
+/// `%XX` decoded (Perl's `uri_unescape`); a `%` not followed by two hex
+/// digits stays as it is, bytes that are no UTF-8 become U+FFFD.
+pub fn uri_unescape(text: &str) -> Cow<'_, str> {
+    percent_decode_str(text).decode_utf8_lossy()
+}
+
+/// A form's key or value decoded: `+` is a space, then `%XX` as
+/// [`uri_unescape`] (so `%2B` stays a `+`).
+pub fn form_unescape(text: &str) -> String {
+    uri_unescape(&text.replace('+', " ")).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_escape_keeps_only_the_unreserved_characters() {
+        assert_eq!(
+            uri_escape("ssh-ed25519 AAAA+b/c= me@host\n"),
+            "ssh-ed25519%20AAAA%2Bb%2Fc%3D%20me%40host%0A"
+        );
+        assert_eq!(uri_escape("a-b_c.d~"), "a-b_c.d~");
+        assert_eq!(uri_escape("!*'()"), "%21%2A%27%28%29");
+        assert_eq!(uri_escape("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn uri_component_also_keeps_marks() {
+        assert_eq!(uri_component("a b\n"), "a%20b%0A");
+        assert_eq!(uri_component("-_.!~*'()"), "-_.!~*'()");
+        assert_eq!(uri_component("a+b/c=@"), "a%2Bb%2Fc%3D%40");
+    }
+
+    #[test]
+    fn decoding_undoes_both_and_keeps_bad_escapes() {
+        let key = "ssh-ed25519 AAAA+b/c= me@host\n";
+        assert_eq!(uri_unescape(&uri_escape(key)), key);
+        assert_eq!(uri_unescape(&uri_component(key)), key);
+        assert_eq!(uri_unescape("100%"), "100%");
+        assert_eq!(uri_unescape("%zz%4"), "%zz%4");
+        assert_eq!(uri_unescape("%ff"), "\u{FFFD}");
+        assert_eq!(form_unescape("a+b%2Bc%20d"), "a b+c d");
+        assert!(is_urlencoded("ssh-ed25519%20AAAA"));
+        assert!(!is_urlencoded("ssh-ed25519 AAAA"));
+    }
+}
