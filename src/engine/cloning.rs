@@ -176,7 +176,7 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "verifying identity");
         step.processing("[*] reading machine-id and SSH host key through the guest agent");
-        let refuse = |why: String| {
+        let refuse = |why: super::identity::IdentityError| {
             (
                 Failure::new(&step, format!("[-] {why}"), Cleanup::Keep),
                 at(&node),

@@ -6,11 +6,45 @@
 use std::net::Ipv4Addr;
 
 use base64::Engine as _;
-use pvedeck_proxmox::{PveError, known_hosts};
+use pvedeck_proxmox::{GuestCommandFailed, PveError, known_hosts};
 use pvedeck_support::clock::now_ms;
 use sha2::Digest;
 
 use super::Engine;
+use crate::store::StoreError;
+
+/// Why a VM's identity could not be read, or is not its own.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("cannot record the host key: {0}")]
+    Record(std::io::Error),
+    /// The guest agent could not be asked, or the snapshot not read.
+    #[error(transparent)]
+    Proxmox(#[from] PveError),
+    #[error(transparent)]
+    Command(#[from] GuestCommandFailed),
+    #[error("the guest reported no usable identity (machine-id '{machine_id}', host key '{line}')")]
+    Unusable { machine_id: String, line: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "VM {vmid} has the same {what} as template {name} (VM {other}): it was cloned from a \
+         template whose identity was not cleaned"
+    )]
+    SharedWithTemplate {
+        vmid: u32,
+        what: &'static str,
+        name: String,
+        other: u32,
+    },
+    #[error("VM {vmid} has the same {what} as VM {other} ({name}): two guests must not share it")]
+    SharedWithVm {
+        vmid: u32,
+        what: &'static str,
+        name: String,
+        other: u32,
+    },
+}
 
 /// What makes a guest itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,9 +111,9 @@ impl Engine {
 
     /// The key a VM proved through its guest agent: required of whoever
     /// answers at `ip` from now on.
-    pub(super) fn pin_host(&self, ip: Ipv4Addr, host_key: &str) -> Result<(), String> {
+    pub(super) fn pin_host(&self, ip: Ipv4Addr, host_key: &str) -> Result<(), IdentityError> {
         known_hosts::pin(&self.known_hosts(), &self.host_token(ip), host_key)
-            .map_err(|e| format!("cannot record the host key: {e}"))
+            .map_err(IdentityError::Record)
     }
 
     /// The identity of a VM without a guest agent, as its first SSH contact
@@ -90,7 +124,7 @@ impl Engine {
         vmid: u32,
         ip: Ipv4Addr,
         machine_id: Option<String>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, IdentityError> {
         let host_key = known_hosts::lookup(&self.known_hosts(), &self.host_token(ip));
         if machine_id.is_none() && host_key.is_none() {
             return Ok(None);
@@ -104,15 +138,19 @@ impl Engine {
     }
 
     /// The machine-id and ed25519 host key, through the guest agent.
-    pub(super) async fn read_identity(&self, node: &str, vmid: u32) -> Result<Identity, String> {
+    pub(super) async fn read_identity(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<Identity, IdentityError> {
         let read = |path: &'static str| async move {
             let argv = vec!["cat".to_string(), path.to_string()];
-            self.proxmox
+            let out = self
+                .proxmox
                 .agent_exec(node, vmid, &argv, false)
-                .await
-                .map_err(|e: PveError| e.to_string())?
-                .output(&format!("cat {path}"))
-                .map(|out| out.trim().to_string())
+                .await?
+                .output(&format!("cat {path}"))?;
+            Ok::<_, IdentityError>(out.trim().to_string())
         };
         let machine_id = read("/etc/machine-id").await?;
         let line = read("/etc/ssh/ssh_host_ed25519_key.pub").await?;
@@ -123,9 +161,7 @@ impl Engine {
             .collect::<Vec<_>>()
             .join(" ");
         if machine_id.is_empty() || fingerprint(&host_key).is_none() {
-            return Err(format!(
-                "the guest reported no usable identity (machine-id '{machine_id}', host key '{line}')"
-            ));
+            return Err(IdentityError::Unusable { machine_id, line });
         }
         Ok(Identity {
             machine_id,
@@ -139,8 +175,8 @@ impl Engine {
         &self,
         vmid: u32,
         identity: &Identity,
-    ) -> Result<(), String> {
-        let known = self.jobs.identities().await.map_err(|e| e.to_string())?;
+    ) -> Result<(), IdentityError> {
+        let known = self.jobs.identities().await?;
         let sharing: Vec<(u32, &'static str)> = known
             .iter()
             .filter(|(other, ..)| *other != vmid)
@@ -151,28 +187,32 @@ impl Engine {
         if !sharing.is_empty() {
             // Only a match asks which VMs still exist: a fresh read, so that
             // one destroyed since is no conflict.
-            let view = self.cluster.read().await.map_err(|e| e.to_string())?;
+            let view = self.cluster.read().await?;
             for (other, what) in sharing {
                 let Some(vm) = view.snapshot.vms.iter().find(|vm| vm.vmid == other) else {
                     continue;
                 };
-                let name = vm.name.as_deref().unwrap_or_default();
+                let name = vm.name.clone().unwrap_or_default();
                 return Err(if vm.template {
-                    format!(
-                        "VM {vmid} has the same {what} as template {name} (VM {other}): it was \
-                         cloned from a template whose identity was not cleaned"
-                    )
+                    IdentityError::SharedWithTemplate {
+                        vmid,
+                        what,
+                        name,
+                        other,
+                    }
                 } else {
-                    format!(
-                        "VM {vmid} has the same {what} as VM {other} ({name}): two guests must \
-                         not share it"
-                    )
+                    IdentityError::SharedWithVm {
+                        vmid,
+                        what,
+                        name,
+                        other,
+                    }
                 });
             }
         }
-        self.jobs
-            .record_identity(vmid, &identity.machine_id, &identity.host_key, now_ms())
-            .map_err(|e| e.to_string())
+        Ok(self
+            .jobs
+            .record_identity(vmid, &identity.machine_id, &identity.host_key, now_ms())?)
     }
 }
 

@@ -17,6 +17,7 @@ use pvedeck_support::sync::lock;
 
 use super::allocator::Reservation;
 use super::failure::{Cleanup, Failure, failed};
+use super::identity::IdentityError;
 use super::readiness::Boot;
 use super::report::{Out, Step};
 use super::scope::{RETIRED_TAG as RETIRED, TEMPLATE_TAG as TAG};
@@ -472,8 +473,8 @@ impl Engine {
         self.proxmox
             .agent_exec(node, vmid, &argv, false)
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|report| report.output("sh -c"))
+            .map_err(IdentityError::from)
+            .and_then(|report| Ok(report.output("sh -c")?))
             .map_err(failed(
                 &step,
                 "failed to clean the identity",

@@ -210,14 +210,34 @@ pub struct AgentExec {
     pub err: String,
 }
 
+/// A guest command that did not succeed, named as its caller named it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestCommandFailed {
+    /// `cat /etc/machine-id: exit 1: No such file or directory`
+    #[error("{what}: exit {code}: {err}")]
+    Exit {
+        what: String,
+        code: i32,
+        err: String,
+    },
+    #[error("{what}: still running at the timeout")]
+    Running { what: String },
+}
+
 impl AgentExec {
     /// The command's output when it exited 0, else what went wrong, named
-    /// `what`: `cat /etc/machine-id: exit 1: No such file or directory`.
-    pub fn output(self, what: &str) -> Result<String, String> {
+    /// `what`.
+    pub fn output(self, what: &str) -> Result<String, GuestCommandFailed> {
         match self.exitcode {
             Some(0) => Ok(self.out),
-            Some(code) => Err(format!("{what}: exit {code}: {}", self.err.trim())),
-            None => Err(format!("{what}: still running at the timeout")),
+            Some(code) => Err(GuestCommandFailed::Exit {
+                what: what.to_string(),
+                code,
+                err: self.err.trim().to_string(),
+            }),
+            None => Err(GuestCommandFailed::Running {
+                what: what.to_string(),
+            }),
         }
     }
 }

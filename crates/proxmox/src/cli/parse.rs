@@ -282,7 +282,9 @@ nas                    nfs   inactive               0               0           
             err: "cat: /etc/machine-id: No such file or directory\n".into(),
         };
         assert_eq!(
-            failed.output("cat /etc/machine-id"),
+            failed
+                .output("cat /etc/machine-id")
+                .map_err(|e| e.to_string()),
             Err(
                 "cat /etc/machine-id: exit 1: cat: /etc/machine-id: No such file or directory"
                     .into()
