@@ -1,8 +1,9 @@
 //! Percent-encoding as Proxmox VE writes and reads it, one copy for the
-//! api adapter and the simulator, on the `percent-encoding` crate. The
-//! sets differ by who writes: the adapter escapes as Perl's `uri_escape`,
-//! `qm` stores `sshkeys` as the web UI's `encodeURIComponent` does, and
-//! both are read back by one decoding.
+//! api adapter and the simulator, on the `percent-encoding` crate. Both
+//! escape `sshkeys` as Perl's `uri_escape` does — the adapter for the API,
+//! the simulator as `qm set --sshkeys <file>` stores the file (qemu-server's
+//! `PVE/CLI/qm.pm`, `param_mapping`) — and read it back as `Qemu.pm`'s
+//! `uri_unescape` does.
 
 use std::borrow::Cow;
 
@@ -16,24 +17,10 @@ const URI_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// JavaScript's `encodeURIComponent` (what a node shows as `sshkeys`):
-/// everything but `A-Za-z0-9-_.!~*'()`.
-const URI_COMPONENT: &AsciiSet = &URI_ESCAPE
-    .remove(b'!')
-    .remove(b'*')
-    .remove(b'\'')
-    .remove(b'(')
-    .remove(b')');
-
 /// `raw` as Perl's `uri_escape` encodes it: what Proxmox expects inside
 /// the `sshkeys` value, before the form encoding encodes it again.
 pub fn uri_escape(raw: &str) -> String {
     utf8_percent_encode(raw, URI_ESCAPE).to_string()
-}
-
-/// `raw` as `encodeURIComponent` encodes it (`qm config`'s `sshkeys`).
-pub fn uri_component(raw: &str) -> String {
-    utf8_percent_encode(raw, URI_COMPONENT).to_string()
 }
 
 /// Whether `text` has only the characters of Proxmox's `urlencoded`
@@ -71,17 +58,9 @@ mod tests {
     }
 
     #[test]
-    fn uri_component_also_keeps_marks() {
-        assert_eq!(uri_component("a b\n"), "a%20b%0A");
-        assert_eq!(uri_component("-_.!~*'()"), "-_.!~*'()");
-        assert_eq!(uri_component("a+b/c=@"), "a%2Bb%2Fc%3D%40");
-    }
-
-    #[test]
     fn decoding_undoes_both_and_keeps_bad_escapes() {
         let key = "ssh-ed25519 AAAA+b/c= me@host\n";
         assert_eq!(uri_unescape(&uri_escape(key)), key);
-        assert_eq!(uri_unescape(&uri_component(key)), key);
         assert_eq!(uri_unescape("100%"), "100%");
         assert_eq!(uri_unescape("%zz%4"), "%zz%4");
         assert_eq!(uri_unescape("%ff"), "\u{FFFD}");

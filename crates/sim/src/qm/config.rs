@@ -4,14 +4,15 @@ use std::collections::BTreeMap;
 
 use pvedeck_domain::rules::is_openssh_key;
 use pvedeck_proxmox::PveError;
+use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
+// `qm set --sshkeys <file>` stores the file URI-escaped (qm.pm's
+// `param_mapping`: `URI::Escape::uri_escape(file_get_contents(…))`).
+use pvedeck_proxmox::escape::uri_escape;
 
 use super::{fail, render, update_line, vm_mut, vm_on};
 use crate::params::{self, Verb};
 use crate::state::SimStorage;
 use crate::{SimCluster, timing};
-// `qm set` shows `sshkeys` URL-encoded.
-use pvedeck_proxmox::drive::{MIB, drive_size, drive_volume, format_size, parse_size};
-use pvedeck_proxmox::escape::uri_component;
 
 impl SimCluster {
     pub async fn qm_set(
@@ -67,7 +68,7 @@ impl SimCluster {
                 {
                     return Err(fail(&command, "SSH public key validation error"));
                 }
-                resolved.push((key.clone(), uri_component(&text)));
+                resolved.push((key.clone(), uri_escape(&text)));
             } else {
                 resolved.push((key.clone(), value.clone()));
             }
@@ -266,6 +267,6 @@ mod tests {
 
     #[test]
     fn keys_are_encoded() {
-        assert_eq!(uri_component("a b\n"), "a%20b%0A");
+        assert_eq!(uri_escape("a b\n"), "a%20b%0A");
     }
 }
