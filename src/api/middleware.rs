@@ -8,8 +8,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::ApiError;
-use super::AppState;
+use super::{ApiError, AppState, cross_site};
 
 /// One log line per request, written when the response starts, and one
 /// count in `/metrics` under the route it matched (its template: ids and
@@ -79,7 +78,7 @@ fn has_body(headers: &HeaderMap) -> bool {
 
 /// Cross-site requests and DNS rebinding, for every state-changing request
 /// to `/api` and `/fn`: `Host`, `Origin` and `Sec-Fetch-Site` as
-/// `sites::Sites` rules them (403), and on `/api` a body only as JSON
+/// `cross_site` rules them (403), and on `/api` a body only as JSON
 /// (415): an HTML form or a `text/plain` fetch, which a browser sends
 /// cross-site without asking, is not one.
 pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -91,7 +90,8 @@ pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next:
     let headers = req.headers();
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let host = text(header::HOST).or_else(|| req.uri().authority().map(|a| a.as_str()));
-    let checked = state.config.sites.check(
+    let checked = cross_site::check(
+        &state.config.sites,
         host,
         text(header::ORIGIN),
         headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
@@ -102,7 +102,7 @@ pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next:
     }
     if api && has_body(headers) {
         let sent = text(header::CONTENT_TYPE).unwrap_or("");
-        if !pvedeck_config::sites::is_json(sent) {
+        if !cross_site::is_json(sent) {
             let shown = if sent.is_empty() { "none" } else { sent };
             return ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

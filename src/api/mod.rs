@@ -2,6 +2,7 @@
 //! call the engine and render; the rules are the engine's.
 
 mod body;
+mod cross_site;
 mod error;
 mod jobs;
 pub mod middleware;
