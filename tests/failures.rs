@@ -1,6 +1,6 @@
-//! The failure contract (docs/provisioning.md#failure-contract), row by row, with faults injected into
-//! the simulated cluster: which failures leave no VM, which destroy the
-//! half-made one, which keep it.
+//! The failure contract (docs/provisioning.md#failure-contract), row by row,
+//! with faults injected into the simulated cluster: which failures leave no
+//! VM, which destroy the half-made one, which keep it.
 
 mod common;
 

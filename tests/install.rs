@@ -1,4 +1,5 @@
-//! The install pipeline over real HTTP on the simulated cluster (docs/provisioning.md#the-install-pipeline).
+//! The install pipeline over real HTTP on the simulated cluster
+//! (docs/provisioning.md#the-install-pipeline).
 
 mod common;
 

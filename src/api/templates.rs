@@ -1,5 +1,5 @@
-//! pvedeck's golden templates (docs/provisioning.md#golden-templates): list, build (streamed like an
-//! install), delete.
+//! pvedeck's golden templates (docs/provisioning.md#golden-templates): list,
+//! build (streamed like an install), delete.
 
 use axum::Json;
 use axum::extract::State;

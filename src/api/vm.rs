@@ -49,7 +49,7 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
     params(("disable" = Option<u8>, Query, description = "1: only stopped VMs, 0: only running ones")),
     responses((
         status = 200,
-        description = "VMs and per-node figures (docs/provisioning.md, The VM list), from the cluster snapshot",
+        description = "VMs and per-node figures (docs/provisioning.md#the-vm-list), from the cluster snapshot",
         body = VmList,
         headers(
             ("X-Data-Age-Ms" = u64, description = "how long ago the cluster was read"),
@@ -198,7 +198,9 @@ pub async fn set_cpu(
     Ok("ok")
 }
 
-/// `qm set --memory`, with the balloon rules (docs/provisioning.md#balloon-rules) (the VM must be stopped).
+/// `qm set --memory`, with the balloon rules; the VM must be stopped.
+///
+/// The balloon rules: docs/provisioning.md#balloon-rules.
 #[utoipa::path(
     post,
     tag = "vm",

@@ -1,8 +1,8 @@
-//! VMIDs and addresses (docs/provisioning.md#vmid-allocation), all of it: the address a VMID gets, the
-//! ids `RESERVED` keeps for other hosts, the scan for a free id, and the
-//! check of an id asked for. An id handed to an install stays reserved
-//! inside the server until that install ends, so concurrent installs never
-//! get the same one (go-pve-qemu raced here).
+//! VMIDs and addresses (docs/provisioning.md#vmid-allocation), all of it: the
+//! address a VMID gets, the ids `RESERVED` keeps for other hosts, the scan for
+//! a free id, and the check of an id asked for. An id handed to an install
+//! stays reserved inside the server until that install ends, so concurrent
+//! installs never get the same one (go-pve-qemu raced here).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;

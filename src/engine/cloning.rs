@@ -1,12 +1,14 @@
-//! The clone path of an install (`"method":"clone"`, docs/provisioning.md#the-clone-path): the VM is a
-//! clone of the release's golden template — linked where the storage can,
-//! else a full copy — configured in one `qm set`, started, and ready when
-//! the guest agent answers and cloud-init reports `done` through it. No
-//! image import, no init script, no reboot.
+//! The clone path of an install (`"method":"clone"`,
+//! docs/provisioning.md#the-clone-path): the VM is a clone of the release's
+//! golden template — linked where the storage can, else a full copy —
+//! configured in one `qm set`, started, and ready when the guest agent answers
+//! and cloud-init reports `done` through it. No image import, no init script,
+//! no reboot.
 //!
-//! Failures follow the failure contract (docs/provisioning.md#failure-contract) step by step: a failed clone leaves nothing (Proxmox
-//! removes it); a failed configuration destroys the clone; a failed start,
-//! readiness or cloud-init keeps it for debugging.
+//! Failures follow the failure contract
+//! (docs/provisioning.md#failure-contract) step by step: a failed clone leaves
+//! nothing (Proxmox removes it); a failed configuration destroys the clone; a
+//! failed start, readiness or cloud-init keeps it for debugging.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +16,11 @@ use std::time::{Duration, Instant};
 use pvedeck_domain::os::Release;
 use pvedeck_domain::request::InstallRequest;
 use pvedeck_domain::types::JobState;
-use pvedeck_proxmox::{CloneMode, PowerAction, QmOptions, qm_options};
+use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions, qm_options};
 
 use super::allocator::Reservation;
 use super::failure::{Cleanup, Failure, failed};
+use super::identity::IdentityError;
 use super::install::{Summary, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
@@ -176,7 +179,7 @@ impl Engine {
 
         let step = Step::new(job, Some("VM initialization"), "verifying identity");
         step.processing("[*] reading machine-id and SSH host key through the guest agent");
-        let refuse = |why: super::identity::IdentityError| {
+        let refuse = |why: IdentityError| {
             (
                 Failure::new(&step, format!("[-] {why}"), Cleanup::Keep),
                 at(&node),
@@ -340,10 +343,7 @@ impl Engine {
 
     /// The release's template, ready, from the cluster snapshot (which
     /// pvedeck's own changes, a template just built, refresh).
-    async fn ready_template(
-        &self,
-        name: &str,
-    ) -> Result<Option<Template>, pvedeck_proxmox::PveError> {
+    async fn ready_template(&self, name: &str) -> Result<Option<Template>, PveError> {
         let view = self.cluster.read().await?;
         Ok(self
             .ready_templates(&view.snapshot.vms)

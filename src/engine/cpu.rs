@@ -1,5 +1,6 @@
-//! The cluster's CPU baseline for `qm create --cpu` (docs/provisioning.md#cpu-baseline): the highest
-//! x86-64 level every node supports, so a VM can run, and migrate, anywhere.
+//! The cluster's CPU baseline for `qm create --cpu`
+//! (docs/provisioning.md#cpu-baseline): the highest x86-64 level every node
+//! supports, so a VM can run, and migrate, anywhere.
 
 use std::collections::HashSet;
 use std::sync::Mutex;

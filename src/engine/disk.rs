@@ -44,8 +44,9 @@ impl Engine {
     }
 
     /// Whether scsi0 now has `bytes`, read back: `qm resize` and `qm disk
-    /// resize` exit 0 when their task failed (docs/backends.md#how-qm-runs-tasks-and-exits). `printed` is what
-    /// the command said besides, the reason when the size disagrees.
+    /// resize` exit 0 when their task failed
+    /// (docs/backends.md#how-qm-runs-tasks-and-exits). `printed` is what the
+    /// command said besides, the reason when the size disagrees.
     pub(super) async fn resized_to(
         &self,
         node: &str,

@@ -13,6 +13,7 @@ use pvedeck_config::{RootPassword, Secret};
 use pvedeck_domain::os::Os;
 use pvedeck_domain::request::{InstallMethod, InstallRequest};
 use pvedeck_domain::rules::Clamp;
+use pvedeck_domain::scripts;
 use pvedeck_domain::types::{JobKind, JobState};
 use pvedeck_proxmox::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptions, qm_options};
 
@@ -604,14 +605,13 @@ impl Engine {
         root_password: Option<Secret>,
     ) -> Result<(), Failure> {
         let name = release.script_name();
-        let body =
-            pvedeck_domain::scripts::script(&name, self.config.init_scripts).ok_or_else(|| {
-                Failure::new(
-                    step,
-                    format!("[-] failed to perform SSH initialization: no script {name}"),
-                    Cleanup::Destroy,
-                )
-            })?;
+        let body = scripts::script(&name, self.config.init_scripts).ok_or_else(|| {
+            Failure::new(
+                step,
+                format!("[-] failed to perform SSH initialization: no script {name}"),
+                Cleanup::Destroy,
+            )
+        })?;
         // The clear text never leaves pvedeck: the script gets its hash.
         let hash = root_password
             .as_ref()
@@ -623,7 +623,7 @@ impl Engine {
                 Cleanup::Destroy,
             ))?;
         let command = GuestCommand::InitScript {
-            body: pvedeck_domain::scripts::with_root_hash(&body, hash.as_deref()),
+            body: scripts::with_root_hash(&body, hash.as_deref()),
             name,
         };
         let relay = |line: &str| step.relay(line);

@@ -244,7 +244,8 @@ impl Engine {
             Some(vm.vmid),
             &format!("{} VM {}", kind.as_str(), vm.vmid),
         )?;
-        // Cut short, a power job leaves the VM as it is (docs/provisioning.md#stopping-and-restarts).
+        // Cut short, a power job leaves the VM as it is
+        // (docs/provisioning.md#stopping-and-restarts).
         job.stake(stake(vm.vmid, &vm.node, Cleanup::Keep));
         let id = job.id();
         let engine = self.clone();

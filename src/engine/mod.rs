@@ -31,16 +31,16 @@ mod templates;
 
 use std::sync::Arc;
 
+use pvedeck_config::{Config, Limits};
 use pvedeck_domain::types::{Job, JobDetail, ListFilter, NodeHistory, Timeframe};
+use pvedeck_mirror::Mirror;
+use pvedeck_proxmox::{Pve, Timed, VmResource};
+use pvedeck_support::clock::Clock;
 
 use crate::jobs::Jobs;
 pub use allocator::Allocator;
 pub use error::EngineError;
 use images::Images;
-use pvedeck_config::{Config, Limits};
-use pvedeck_mirror::Mirror;
-use pvedeck_proxmox::{Pve, Timed, VmResource};
-use pvedeck_support::clock::Clock;
 pub use report::one_line;
 
 pub struct Engine {
@@ -155,7 +155,8 @@ impl Engine {
         self.jobs.metrics().render(self.cluster.age())
     }
 
-    /// `GET /api/vm/list` (docs/provisioning.md#the-vm-list), from the cluster snapshot, with its age.
+    /// `GET /api/vm/list` (docs/provisioning.md#the-vm-list), from the cluster
+    /// snapshot, with its age.
     pub async fn list(&self, filter: ListFilter) -> Result<Listing, EngineError> {
         let view = self.cluster.read().await?;
         Ok(Listing {

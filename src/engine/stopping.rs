@@ -1,10 +1,11 @@
-//! Stopping without leaving half-made VMs behind. A SIGTERM refuses new
-//! jobs (503) and gives the running ones `SHUTDOWN_GRACE_SECS` to end; past
-//! it they are interrupted *with* the failure contract's cleanup (docs/provisioning.md#stopping-and-restarts). A process that was
-//! killed instead leaves its jobs `running` in the database: the next one
-//! reconciles them at start-up. Both go by what each job recorded as its
-//! stake — the VMID, its node, and whether the failure contract destroys or keeps it at the
-//! step the job had reached.
+//! Stopping without leaving half-made VMs behind. A SIGTERM refuses new jobs
+//! (503) and gives the running ones `SHUTDOWN_GRACE_SECS` to end; past it they
+//! are interrupted *with* the failure contract's cleanup
+//! (docs/provisioning.md#stopping-and-restarts). A process that was killed
+//! instead leaves its jobs `running` in the database: the next one reconciles
+//! them at start-up. Both go by what each job recorded as its stake — the
+//! VMID, its node, and whether the failure contract destroys or keeps it at
+//! the step the job had reached.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -103,7 +104,8 @@ impl Interruption {
     }
 }
 
-/// What a job stopped at this point leaves, in the words of the failure contract (docs/provisioning.md#failure-contract).
+/// What a job stopped at this point leaves, in the words of the failure
+/// contract (docs/provisioning.md#failure-contract).
 pub(super) fn stake(vmid: u32, node: &str, cleanup: Cleanup) -> Option<Stake> {
     let on_stop = match cleanup {
         Cleanup::Nothing => return None,

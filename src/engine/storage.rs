@@ -1,6 +1,6 @@
-//! `preparation > checking storage pool` (docs/provisioning.md#storage-check): `ASSIGN_STORAGE` must be
-//! listed by `pvesm status --content images` (so its content allows disk
-//! images), active, and of a type that holds VM disks.
+//! `preparation > checking storage pool` (docs/provisioning.md#storage-check):
+//! `ASSIGN_STORAGE` must be listed by `pvesm status --content images` (so its
+//! content allows disk images), active, and of a type that holds VM disks.
 
 use pvedeck_proxmox::{PveError, StorageStatus};
 

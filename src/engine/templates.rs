@@ -1,10 +1,11 @@
-//! Golden templates (docs/provisioning.md#golden-templates): one per OS release, built once by a job of
-//! its own. The cached image is imported into a VM of the template range,
-//! which boots on an address borrowed from the pool, runs the init script
-//! (guest agent, locale, time zone, swap) and has its identity cleaned —
-//! machine-id and SSH host keys, so that every clone writes its own at first
-//! boot — then shuts down and becomes a template. Any failure of a build
-//! destroys what it made: a half-built template is of no use.
+//! Golden templates (docs/provisioning.md#golden-templates): one per OS
+//! release, built once by a job of its own. The cached image is imported into
+//! a VM of the template range, which boots on an address borrowed from the
+//! pool, runs the init script (guest agent, locale, time zone, swap) and has
+//! its identity cleaned — machine-id and SSH host keys, so that every clone
+//! writes its own at first boot — then shuts down and becomes a template. Any
+//! failure of a build destroys what it made: a half-built template is of no
+//! use.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::Instant;
 use pvedeck_domain::os::Release;
 use pvedeck_domain::types::{JobKind, JobState, TemplateInfo};
 use pvedeck_proxmox::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
+use pvedeck_support::clock::now_ms;
 use pvedeck_support::sync::lock;
 
 use super::allocator::Reservation;
@@ -20,7 +22,7 @@ use super::failure::{Cleanup, Failure, failed};
 use super::identity::IdentityError;
 use super::readiness::Boot;
 use super::report::{Out, Step};
-use super::scope::{RETIRED_TAG as RETIRED, TEMPLATE_TAG as TAG};
+use super::scope::{RETIRED_TAG, TEMPLATE_TAG};
 use super::stopping::stake;
 use super::{Engine, EngineError, sshkey, storage};
 use crate::jobs::JobHandle;
@@ -78,7 +80,7 @@ impl Engine {
     ) -> impl Iterator<Item = &'a VmResource> + use<'a, '_> {
         let builds = self.builds();
         vms.iter().filter(move |vm| {
-            self.is_ours(vm) && !vm.has_tag(RETIRED) && !builds.contains_key(&vm.vmid)
+            self.is_ours(vm) && !vm.has_tag(RETIRED_TAG) && !builds.contains_key(&vm.vmid)
         })
     }
 }
@@ -97,7 +99,7 @@ impl Engine {
 
     /// A template pvedeck built: in the template range, tagged.
     pub(super) fn is_ours(&self, vm: &VmResource) -> bool {
-        vm.template && self.config.template_ids.contains(&vm.vmid) && vm.has_tag(TAG)
+        vm.template && self.config.template_ids.contains(&vm.vmid) && vm.has_tag(TEMPLATE_TAG)
     }
 
     /// `GET /api/templates`: the ready and retired ones, and those being
@@ -113,7 +115,7 @@ impl Engine {
             .iter()
             .filter(|vm| self.is_ours(vm) && !builds.contains_key(&vm.vmid))
             .map(|vm| {
-                let state = if vm.has_tag(RETIRED) {
+                let state = if vm.has_tag(RETIRED_TAG) {
                     "retired"
                 } else {
                     "ready"
@@ -148,12 +150,12 @@ impl Engine {
 
     /// `POST /api/templates/:id/rebuild`: builds the release's template
     /// anew (the old one serves clones meanwhile), then retires the old
-    /// one: destroyed, or kept and tagged [`RETIRED`] while linked clones
+    /// one: destroyed, or kept and tagged [`RETIRED_TAG`] while linked clones
     /// use its disk.
     pub async fn rebuild_template(self: &Arc<Self>, vmid: u32) -> Result<u64, EngineError> {
         let vm = self.our_template(vmid).await?;
         let name = vm.name.as_deref().unwrap_or("");
-        if vm.has_tag(RETIRED) {
+        if vm.has_tag(RETIRED_TAG) {
             return Err(EngineError::Conflict(format!(
                 "template {name} (VM {vmid}) is retired: build its release instead"
             )));
@@ -185,7 +187,7 @@ impl Engine {
         let replaced = replacing.as_ref().map(|r| r.vmid);
         if let Some(vm) = vms.iter().find(|vm| {
             self.is_ours(vm)
-                && !vm.has_tag(RETIRED)
+                && !vm.has_tag(RETIRED_TAG)
                 && vm.name.as_deref() == Some(name.as_str())
                 && Some(vm.vmid) != replaced
         }) {
@@ -251,7 +253,7 @@ impl Engine {
                 let record = TemplateBuilt {
                     vmid,
                     image,
-                    built: pvedeck_support::clock::now_ms(),
+                    built: now_ms(),
                     job: job.id(),
                 };
                 if let Err(e) = self.jobs.record_template(&record) {
@@ -294,7 +296,10 @@ impl Engine {
     async fn retire(&self, job: &JobHandle, release: &Release, old: Replacing) {
         let step = Step::new(job, Some("template build"), "retiring the old template");
         let vmid = old.vmid;
-        let tags = qm_options([("tags", format!("{TAG};{RETIRED};{}", release.os))]);
+        let tags = qm_options([(
+            "tags",
+            format!("{TEMPLATE_TAG};{RETIRED_TAG};{}", release.os),
+        )]);
         let tagged = self.proxmox.set(&old.node, vmid, &tags).await;
         match self.proxmox.destroy(&old.node, vmid, false).await {
             Ok(()) => step.success(&format!("[+] old template {vmid} destroyed")),
@@ -370,7 +375,7 @@ impl Engine {
         // Until it is a template, what the build made is half-made.
         job.stake(stake(vmid, node, Cleanup::Destroy));
         let step = Step::new(job, Some("template build"), "creating VM");
-        let tags = format!("{TAG};{}", release.os);
+        let tags = format!("{TEMPLATE_TAG};{}", release.os);
         self.create_vm(&step, node, vmid, (name, tags), 2, 2048)
             .await
             .map_err(before)?;
@@ -456,12 +461,7 @@ impl Engine {
             .await
             .map_err(|why| made(Failure::new(&step, format!("[-] {why}"), Cleanup::Destroy)))?;
         self.jobs
-            .record_identity(
-                vmid,
-                &before.machine_id,
-                &before.host_key,
-                pvedeck_support::clock::now_ms(),
-            )
+            .record_identity(vmid, &before.machine_id, &before.host_key, now_ms())
             .map_err(failed(
                 &step,
                 "failed to record the identity",

@@ -8,15 +8,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use pvedeck_config::JobLimits;
 use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
+use pvedeck_support::clock::now_ms;
 use pvedeck_support::sync::lock;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics::Metrics;
 pub use crate::store::{OnStop, Stake};
 use crate::store::{Store, StoreError, TemplateBuilt};
-pub use pvedeck_config::JobLimits;
-use pvedeck_support::clock::now_ms;
 
 /// What a follower receives.
 #[derive(Debug, Clone, PartialEq)]

@@ -95,7 +95,8 @@ const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
 ];
 
 /// What becomes of a job's VM when the job stops before its end (pvedeck
-/// killed or stopped): what the failure contract does to it (docs/provisioning.md#stopping-and-restarts) at the step the job is at.
+/// killed or stopped): what the failure contract does to it
+/// (docs/provisioning.md#stopping-and-restarts) at the step the job is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnStop {
     /// Force stop and destroy: the VM is half-made.

@@ -564,6 +564,7 @@ pub fn qcow2(tag: u8) -> Vec<u8> {
 /// `SHA256SUMS`, `CHECKSUM`), in that mirror's format, giving every image
 /// of its OS the checksum of `image`; `None` for another name.
 pub fn checksum_list(list: &str, image: &[u8]) -> Option<String> {
+    use pvedeck_domain::os::{Os, RELEASES};
     use sha2::Digest;
     let hex = |digest: &[u8]| {
         digest
@@ -572,33 +573,21 @@ pub fn checksum_list(list: &str, image: &[u8]) -> Option<String> {
             .collect::<String>()
     };
     let (os, sum) = match list {
-        "SHA512SUMS" => (
-            pvedeck_domain::os::Os::Debian,
-            hex(&sha2::Sha512::digest(image)),
-        ),
-        "SHA256SUMS" => (
-            pvedeck_domain::os::Os::Ubuntu,
-            hex(&sha2::Sha256::digest(image)),
-        ),
-        "CHECKSUM" => (
-            pvedeck_domain::os::Os::Rockylinux,
-            hex(&sha2::Sha256::digest(image)),
-        ),
+        "SHA512SUMS" => (Os::Debian, hex(&sha2::Sha512::digest(image))),
+        "SHA256SUMS" => (Os::Ubuntu, hex(&sha2::Sha256::digest(image))),
+        "CHECKSUM" => (Os::Rockylinux, hex(&sha2::Sha256::digest(image))),
         _ => return None,
     };
-    let lines = pvedeck_domain::os::RELEASES
-        .iter()
-        .filter(|r| r.os == os)
-        .map(|r| {
-            let file = r.file_name();
-            match os {
-                pvedeck_domain::os::Os::Debian => format!("{sum}  {file}\n"),
-                pvedeck_domain::os::Os::Ubuntu => format!("{sum} *{file}\n"),
-                pvedeck_domain::os::Os::Rockylinux => {
-                    format!("# {file}: 4096 bytes\nSHA256 ({file}) = {sum}\n")
-                }
+    let lines = RELEASES.iter().filter(|r| r.os == os).map(|r| {
+        let file = r.file_name();
+        match os {
+            Os::Debian => format!("{sum}  {file}\n"),
+            Os::Ubuntu => format!("{sum} *{file}\n"),
+            Os::Rockylinux => {
+                format!("# {file}: 4096 bytes\nSHA256 ({file}) = {sum}\n")
             }
-        });
+        }
+    });
     Some(lines.collect())
 }
 

@@ -85,33 +85,15 @@ fn main() -> ExitCode {
 
 /// Every native package: the server and the app it embeds, the crates it
 /// is made of, the simulator (whose `pvedeck-sim` the tests and the
-/// browser lanes run) and the client. Always built together and with the
-/// same options, so that the tests, the browser tests and `serve` share
-/// one build (a different package set would unify dependency features
-/// differently and build everything again). The xtask is checked on its
-/// own for the same reason: its dependencies must not change the server's.
-const SERVER: [&str; 20] = [
-    "--package",
-    "pvedeck",
-    "--package",
-    "app",
-    "--package",
-    "pvedeck-domain",
-    "--package",
-    "pvedeck-support",
-    "--package",
-    "pvedeck-config",
-    "--package",
-    "pvedeck-mirror",
-    "--package",
-    "pvedeck-proxmox",
-    "--package",
-    "pvedeck-sim",
-    "--package",
-    "pvedeck-client",
-    "--package",
-    "pvedeck-testkit",
-];
+/// browser lanes run) and the client — the workspace but for the browser's
+/// entry point (`app` would get `hydrate` beside `ssr`) and this driver, so
+/// that a crate added to the workspace is built and tested without a word
+/// here. Always built together and with the same options, so that the
+/// tests, the browser tests and `serve` share one build (a different
+/// package set would unify dependency features differently and build
+/// everything again). The xtask is checked on its own for the same reason:
+/// its dependencies must not change the server's.
+const SERVER: [&str; 5] = ["--workspace", "--exclude", "frontend", "--exclude", "xtask"];
 
 fn build_server(root: &Path) -> Result<(), Failed> {
     run::step("build the server (release)", || {
@@ -140,7 +122,7 @@ fn serve(root: &Path) -> Result<(), Failed> {
     build_server(root)?;
     println!("\nxtask: starting the server; stop it with Ctrl-C");
     // The server prints its URL ("pvedeck listening on http://…") once it listens.
-    run::exec(root, &root.join("target/release/pvedeck"))
+    run::exec(root, &root.join(e2e::SERVER))
 }
 
 /// The browser tests alone, on a fresh build: for working on the UI.

@@ -1,7 +1,7 @@
 //! Builds the browser side into `target/site`: the WASM bundle (cargo →
 //! wasm-split, one module per lazy island → wasm-bindgen as a library →
-//! binaryen's wasm-opt on each module), the stylesheet and the static files, each bundle file also gzip-compressed for the server to send
-//! as is.
+//! binaryen's wasm-opt on each module), the stylesheet and the static files,
+//! each bundle file also gzip-compressed for the server to send as is.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

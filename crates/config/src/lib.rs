@@ -503,7 +503,8 @@ impl<'a> Vars<'a> {
             (None, _) => return Err(required("ASSIGN_STORAGE")),
         };
 
-        // docs/provisioning.md#vmid-allocation: clamp to 100..=254 and swap a reversed range rather than refuse it.
+        // docs/provisioning.md#vmid-allocation: clamp to 100..=254 and swap a
+        // reversed range rather than refuse it.
         let (low, high) = (*VMID_ADDRESSES.start(), *VMID_ADDRESSES.end());
         let clamp = |n: u64| n.clamp(u64::from(low), u64::from(high)) as u8;
         let start = clamp(self.int_in("ASSIGN_IP_START", 0, u64::MAX)?.unwrap_or(100));

@@ -276,7 +276,8 @@ pub struct InstallBody {
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum InstallMethod {
-    /// Import the cloud image, boot, run the init script, reboot (docs/provisioning.md#the-install-pipeline).
+    /// Import the cloud image, boot, run the init script, reboot
+    /// (docs/provisioning.md#the-install-pipeline).
     #[default]
     Import,
     /// Clone the golden template; ready when cloud-init is done.
@@ -486,7 +487,7 @@ impl Body for SetCpu {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SetMemory {
-    /// MB, at least 512, at most `VM_MAX_RAM`; the balloon follows docs/provisioning.md#balloon-rules.
+    /// MB, at least 512, at most `VM_MAX_RAM`; balloon: docs/provisioning.md#balloon-rules.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = i64, required = true))]
     pub memory: Field<i64>,

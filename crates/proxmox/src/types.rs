@@ -1,7 +1,9 @@
 //! Proxmox's data, field for field as `pvesh … --output-format json` prints it
-//! (docs/backends.md#cluster-resources, docs/backends.md#node-status-and-cpu-flags, docs/backends.md#pvesm-status). Optional fields are the ones
-//! Proxmox leaves out (a VM whose stats are not yet known has only
-//! `id, vmid, node, type, status`; an offline node has no `cpu`, `mem`…).
+//! (docs/backends.md#cluster-resources,
+//! docs/backends.md#node-status-and-cpu-flags, docs/backends.md#pvesm-status).
+//! Optional fields are the ones Proxmox leaves out (a VM whose stats are not
+//! yet known has only `id, vmid, node, type, status`; an offline node has no
+//! `cpu`, `mem`…).
 
 use serde::{Deserialize, Serialize};
 

@@ -37,7 +37,8 @@ impl Clock {
         }
     }
 
-    /// The wall-clock instant (unix ms) at which `ms` of this clock's time from now will have passed.
+    /// The wall-clock instant (unix ms) at which `ms` of this clock's time
+    /// from now will have passed.
     pub fn after(&self, ms: u64) -> i64 {
         now_ms() + self.scaled(ms).as_millis() as i64
     }

@@ -10,8 +10,8 @@
 //! `{"url":"https://127.0.0.1:<port>/api2/json","fingerprint":"AB:…","token":"pvedeck@pve!deck=<secret>"}`,
 //! written once listening; the URL is printed on stdout. `SIM_API_PORT`
 //! (default 0: a free port), `SIM_API_PRIVS` (default: pvedeck's role),
-//! `SIM_API_MS` (each answer's latency, default 0),
-//! `SIM_UPLOAD_MAX_BYTES` (default 16 GiB: a larger upload gets 413).
+//! `SIM_API_MS` (each answer's latency, default 0), `SIM_UPLOAD_MAX_BYTES`
+//! (default 16 GiB: a larger upload gets 413).
 
 mod auth;
 mod error;

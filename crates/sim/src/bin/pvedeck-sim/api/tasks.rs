@@ -110,9 +110,9 @@ impl Tasks {
         }
     }
 
-    /// Starts `work` as task `upid` (made by [`Tasks::upid`]) and answers its UPID at once. `work` gets
-    /// the log to print to; its result becomes `TASK OK` or
-    /// `TASK ERROR: <message>`.
+    /// Starts `work` as task `upid` (made by [`Tasks::upid`]) and answers its
+    /// UPID at once. `work` gets the log to print to; its result becomes `TASK
+    /// OK` or `TASK ERROR: <message>`.
     pub fn spawn<F, Fut>(&self, upid: Upid, work: F) -> Upid
     where
         F: FnOnce(TaskLog) -> Fut,

@@ -1,8 +1,9 @@
 //! The REST face's certificate: self-signed for IP 127.0.0.1, made in the
 //! process with `rcgen` (ring, as rustls here) when
 //! `DATA_DIR/sim/api/cert.pem` is missing, and served with rustls.
-//! Its fingerprint is shown as Proxmox shows a node's: SHA-256 of the DER,
-//! upper-case hex pairs joined by `:`.
+//! Its fingerprint is shown as Proxmox shows a node's (the same
+//! `Fingerprint` the `api` backend pins): SHA-256 of the DER, upper-case
+//! hex pairs joined by `:`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -13,12 +14,12 @@ use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     PKCS_ECDSA_P256_SHA256, SanType,
 };
-use sha2::{Digest, Sha256};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use pvedeck_config::pve_api::Fingerprint;
 use pvedeck_support::files::write_atomically;
 
 /// How long a new certificate is valid: ten years, as before (`-days 3650`).
@@ -82,15 +83,6 @@ fn make(dir: &Path) -> Result<(), TlsError> {
     Ok(())
 }
 
-/// `AB:CD:…`, as `ssl_fingerprint` of `GET /nodes` shows it.
-pub fn fingerprint(der: &[u8]) -> String {
-    Sha256::digest(der)
-        .iter()
-        .map(|b| format!("{b:02X}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// The certificate of `dir` (made if missing), ready to serve.
 pub fn load(dir: &Path) -> Result<Tls, TlsError> {
     make(dir)?;
@@ -104,7 +96,8 @@ pub fn load(dir: &Path) -> Result<Tls, TlsError> {
         file: key_file,
         source,
     })?;
-    let fingerprint = fingerprint(cert.as_ref());
+    // `AB:CD:…`, as `ssl_fingerprint` of `GET /nodes` shows it.
+    let fingerprint = Fingerprint::of(cert.as_ref()).to_string();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -122,7 +115,7 @@ mod tests {
 
     #[test]
     fn fingerprints_are_upper_case_colon_hex() {
-        let fp = fingerprint(b"abc");
+        let fp = Fingerprint::of(b"abc").to_string();
         assert_eq!(fp.len(), 32 * 3 - 1);
         assert!(fp.starts_with("BA:78:16:BF:"), "{fp}");
     }
