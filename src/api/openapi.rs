@@ -129,16 +129,12 @@ mod tests {
     fn generated_docs_are_current() {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json");
         let doc = document(&Limits::default()).unwrap();
-        let want = format!("{}\n", serde_json::to_string_pretty(&doc).unwrap());
-        if std::env::var_os("UPDATE_DOCS").is_some() {
-            std::fs::write(&file, &want).unwrap();
-            return;
-        }
-        let have = std::fs::read_to_string(&file).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/openapi.json is stale: run `cargo xtask docs`"
+        let want = format!(
+            "{}
+",
+            serde_json::to_string_pretty(&doc).unwrap()
         );
+        pvedeck_testkit::generated_file(&file, &want);
     }
 
     #[test]

@@ -593,16 +593,7 @@ mod tests {
     #[test]
     fn generated_docs_are_current() {
         let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
-        let want = markdown();
-        if std::env::var_os("UPDATE_DOCS").is_some() {
-            std::fs::write(&file, &want).expect("write docs/configuration.md");
-            return;
-        }
-        let have = std::fs::read_to_string(&file).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/configuration.md is stale: run `cargo xtask docs`"
-        );
+        pvedeck_testkit::generated_file(&file, &markdown());
     }
 
     #[test]

@@ -1,10 +1,27 @@
-//! What the property tests (`mod fuzz` beside each parser) share: their
-//! configuration and the inputs they feed the parsers — arbitrary text, and
-//! real Proxmox output (docs/backends.md#proxmox-facts) with random edits, which
-//! gets past the first check of a parser to the code behind it.
+//! What the tests of several crates share: the property tests' (`mod fuzz`
+//! beside each parser) configuration and the inputs they feed the parsers —
+//! arbitrary text, and real Proxmox output
+//! (docs/backends.md#proxmox-facts) with random edits, which gets past the
+//! first check of a parser to the code behind it — and the check of a
+//! document generated from the code ([`generated_file`]).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
+
+/// Fails when `file` (a document made from the code: docs/configuration.md,
+/// docs/openapi.json) does not hold `want`; with `UPDATE_DOCS` set, writes
+/// it instead. `cargo xtask docs` runs these tests that way.
+pub fn generated_file(file: &std::path::Path, want: &str) {
+    let shown = file.display();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        if let Err(e) = std::fs::write(file, want) {
+            panic!("cannot write {shown}: {e}");
+        }
+        return;
+    }
+    let have = std::fs::read_to_string(file).unwrap_or_default();
+    assert!(have == want, "{shown} is stale: run `cargo xtask docs`");
+}
 
 /// `cases` cases from a fixed seed: `cargo test` answers the same on every
 /// run and machine, and a failure replays as it is. `PROPTEST_RNG_SEED` (and
