@@ -7,9 +7,10 @@ use pvedeck_config::Config;
 /// from clap, for arguments it does not know).
 const BAD_CONFIG: u8 = 2;
 
-/// The server takes no arguments: it is configured by its environment, so
+/// Without a command the binary serves, configured by its environment, so
 /// that a systemd unit, a container and a shell start it the same way. An
-/// argument it does not know must not start a server by surprise.
+/// argument it does not know must not start a server by surprise. Its
+/// commands are the admin's, on `DATA_DIR` (see `pvedeck::admin`).
 #[derive(Parser)]
 #[command(
     name = "pvedeck",
@@ -20,15 +21,41 @@ const BAD_CONFIG: u8 = 2;
                   (pvedeck-sim --help); the command-line client is pvedeck-cli \
                   (pvedeck-cli --help)."
 )]
-struct Args {}
+struct Args {
+    #[command(subcommand)]
+    admin: Option<pvedeck::admin::Admin>,
+}
+
+/// An admin command on `DATA_DIR` (default `./data`): what it did, or the
+/// reason it refused (exit 2).
+fn admin(command: pvedeck::admin::Admin) -> ExitCode {
+    let data_dir = std::env::var("DATA_DIR")
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| "./data".to_string());
+    match pvedeck::admin::run(std::path::Path::new(&data_dir), command) {
+        Ok(printed) => {
+            print!("{}", printed.out);
+            eprint!("{}", printed.err);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pvedeck: {e}");
+            ExitCode::from(BAD_CONFIG)
+        }
+    }
+}
 
 fn main() -> ExitCode {
-    let Args {} = Args::parse();
+    let Args { admin: command } = Args::parse();
     if let Err(e) = dotenvy::dotenv()
         && !e.not_found()
     {
         eprintln!(".env cannot be read: {e}");
         return ExitCode::from(BAD_CONFIG);
+    }
+    if let Some(command) = command {
+        return admin(command);
     }
     let config = match Config::from_env() {
         Ok(config) => config,

@@ -42,6 +42,8 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    SignIn(#[from] crate::engine::signin::SignInError),
     #[error("server stopped: {0}")]
     Serve(std::io::Error),
 }
@@ -126,6 +128,20 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
         }
     };
     let jobs = Jobs::open_with(&config.data_dir.join("pvedeck.db"), config.job_limits)?;
+    let directory = Arc::new(crate::engine::directory::Directory::open(
+        jobs.store().clone(),
+    )?);
+    directory.start_refresher();
+    let audit_cut =
+        pvedeck_support::clock::now_ms() - i64::from(config.audit_keep_days) * 86_400_000;
+    let pruned = jobs.store().prune_audit(audit_cut)?;
+    if pruned > 0 {
+        tracing::info!(
+            pruned,
+            keep_days = config.audit_keep_days,
+            "old audit entries removed"
+        );
+    }
     let engine = Arc::new(Engine::new(
         config.clone(),
         Parts {
@@ -133,8 +149,15 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             mirror,
             clock,
             jobs,
+            directory,
+            oidc: config
+                .oidc
+                .clone()
+                .map(crate::engine::signin::Oidc::new)
+                .transpose()?,
         },
     ));
+    engine.adopt_owners();
     let orphans = engine.reconcile()?;
     if orphans > 0 {
         tracing::warn!(orphans, "reconciling jobs a previous process left running");
@@ -157,9 +180,11 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     let routes = generate_route_list(App);
 
     let router = Router::new()
-        .nest("/api", api::router(state.clone()))
+        .nest("/api", api::router())
         .route("/sh/{name}", axum::routing::get(api::sh::script))
         .route("/metrics", axum::routing::get(api::metrics))
+        .route("/auth/login", axum::routing::get(api::auth::login))
+        .route("/auth/callback", axum::routing::get(api::auth::callback))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(leptos.clone())
         })
@@ -167,6 +192,10 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             AppState,
             _,
         >(context, shell))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::middleware::identify,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::middleware::guard_cross_site,

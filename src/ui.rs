@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use app::backend::{Backend, Caller, SessionCookie};
 use app::error::UiError;
+use pvedeck_domain::account::{
+    Allowance, AuditEntry, AuditFilter, Me, TokenInfo, UserChange, UserRow,
+};
 use pvedeck_domain::request::{Body, InstallBody, SetNode, TemplateBody};
 use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, OVERVIEW_PAGE, Overview, Resize,
@@ -13,7 +16,7 @@ use pvedeck_domain::types::{
 };
 
 use crate::api::status_of;
-use crate::engine::{Credential, Engine, EngineError};
+use crate::engine::{Actor, Command, Engine, EngineError, TemplateCommand};
 
 pub struct UiBackend(pub Arc<Engine>);
 
@@ -25,11 +28,19 @@ fn ui(e: EngineError) -> UiError {
     }
 }
 
+fn actor(caller: &Caller) -> Actor {
+    Actor {
+        principal: caller.principal.clone(),
+        client: caller.ip,
+    }
+}
+
 impl UiBackend {
-    fn authorize(&self, caller: &Caller) -> Result<(), UiError> {
-        self.0
-            .authorize_as(caller.ip, Credential::Session(caller.session.as_deref()))
-            .map_err(ui)
+    /// Who may change anything, as `/api` rules it: the actor.
+    fn authorize(&self, caller: &Caller) -> Result<Actor, UiError> {
+        let actor = actor(caller);
+        self.0.authorize_change(&actor).map_err(ui)?;
+        Ok(actor)
     }
 
     /// A body checked as `/api` checks it.
@@ -39,14 +50,28 @@ impl UiBackend {
     }
 }
 
+impl UiBackend {
+    async fn template_job(&self, actor: &Actor, command: TemplateCommand) -> Result<u64, UiError> {
+        self.0
+            .template_command(actor, command)
+            .await
+            .map_err(ui)?
+            .ok_or_else(|| {
+                ui(EngineError::Internal(
+                    "a template build without a job".into(),
+                ))
+            })
+    }
+}
+
 #[async_trait::async_trait]
 impl Backend for UiBackend {
     fn needs_login(&self) -> bool {
-        self.0.needs_token()
+        self.0.sign_in_configured()
     }
 
-    fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError> {
-        let id = self.0.login(caller.ip, token).map_err(ui)?;
+    async fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError> {
+        let id = self.0.login(caller.ip, token).await.map_err(ui)?;
         Ok(SessionCookie {
             id,
             max_age_secs: self.0.session_ttl().as_secs(),
@@ -58,12 +83,28 @@ impl Backend for UiBackend {
         self.0.logout(session);
     }
 
-    async fn list(&self, filter: ListFilter, page: usize) -> Result<Overview, UiError> {
-        let listing = self.0.list(filter).await.map_err(ui)?;
+    async fn allowance(&self, caller: Caller) -> Result<Option<Allowance>, UiError> {
+        self.0.allowance(&actor(&caller)).await.map_err(ui)
+    }
+
+    async fn list(
+        &self,
+        caller: Caller,
+        filter: ListFilter,
+        page: usize,
+    ) -> Result<Overview, UiError> {
+        let actor = actor(&caller);
+        let listing = self.0.list_for(&actor, filter).await.map_err(ui)?;
         // The node figures are over all VMs, whatever the table shows.
         let all = match filter {
             ListFilter::All => listing.listed.clone(),
-            _ => self.0.list(ListFilter::All).await.map_err(ui)?.listed,
+            _ => {
+                self.0
+                    .list_for(&actor, ListFilter::All)
+                    .await
+                    .map_err(ui)?
+                    .listed
+            }
         };
         let vms = &listing.listed.list.list;
         let pages = vms.len().div_ceil(OVERVIEW_PAGE).max(1);
@@ -103,22 +144,25 @@ impl Backend for UiBackend {
         self.0.catalog().await.map_err(ui)
     }
 
-    async fn vm(&self, vmid: u32) -> Result<VmDetail, UiError> {
-        self.0.vm_detail(vmid).await.map_err(ui)
+    async fn vm(&self, caller: Caller, vmid: u32) -> Result<VmDetail, UiError> {
+        self.0
+            .vm_detail_for(&actor(&caller), vmid)
+            .await
+            .map_err(ui)
     }
 
-    async fn jobs(&self) -> Result<Vec<Job>, UiError> {
-        self.0.job_list(200).await.map_err(ui)
+    async fn jobs(&self, caller: Caller) -> Result<Vec<Job>, UiError> {
+        self.0.jobs_for(&actor(&caller), 200).await.map_err(ui)
     }
 
-    async fn job(&self, id: u64) -> Result<JobDetail, UiError> {
-        self.0.job_detail(id).await.map_err(ui)
+    async fn job(&self, caller: Caller, id: u64) -> Result<JobDetail, UiError> {
+        self.0.job_for(&actor(&caller), id).await.map_err(ui)
     }
 
     async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError> {
-        self.authorize(&caller)?;
+        let actor = self.authorize(&caller)?;
         let request = self.check(body)?;
-        self.0.install(request).await.map_err(ui)
+        self.0.install_as(&actor, request).await.map_err(ui)
     }
 
     async fn action(
@@ -127,33 +171,43 @@ impl Backend for UiBackend {
         vmid: u32,
         action: VmAction,
     ) -> Result<Option<u64>, UiError> {
-        self.authorize(&caller)?;
-        let engine = &self.0;
-        let result = match action {
-            VmAction::Start => engine.start(vmid).await.map(Some),
-            VmAction::Reboot => engine.reboot(vmid).await.map(Some),
-            VmAction::Stop => engine.stop(vmid).await.map(|()| None),
-            VmAction::Shutdown => engine.shutdown(vmid).await.map(|()| None),
-            VmAction::Destroy => engine.destroy(vmid).await.map(|()| None),
+        let actor = self.authorize(&caller)?;
+        let command = match action {
+            VmAction::Start => Command::Start,
+            VmAction::Reboot => Command::Reboot,
+            VmAction::Stop => Command::Stop,
+            VmAction::Shutdown => Command::Shutdown,
+            VmAction::Destroy => Command::Destroy,
         };
-        result.map_err(ui)
+        self.0.command(&actor, vmid, command).await.map_err(ui)
     }
 
     async fn resize(&self, caller: Caller, vmid: u32, change: Resize) -> Result<(), UiError> {
-        self.authorize(&caller)?;
-        let engine = &self.0;
-        let result = match change {
-            Resize::Cpu(body) => engine.set_cpu(vmid, self.check(body)?).await,
-            Resize::Memory(body) => engine.set_memory(vmid, self.check(body)?).await,
-            Resize::Disk(body) => engine.grow_disk(vmid, self.check(body)?).await,
+        let actor = self.authorize(&caller)?;
+        let command = match change {
+            Resize::Cpu(body) => Command::SetCpu(self.check(body)?),
+            Resize::Memory(body) => Command::SetMemory(self.check(body)?),
+            Resize::Disk(body) => Command::GrowDisk(self.check(body)?),
         };
-        result.map_err(ui)
+        self.0
+            .command(&actor, vmid, command)
+            .await
+            .map(|_| ())
+            .map_err(ui)
     }
 
     async fn migrate(&self, caller: Caller, vmid: u32, body: SetNode) -> Result<u64, UiError> {
-        self.authorize(&caller)?;
+        let actor = self.authorize(&caller)?;
         let node = self.check(body)?;
-        self.0.migrate(vmid, node).await.map_err(ui)
+        self.0
+            .command(&actor, vmid, Command::Migrate(node))
+            .await
+            .map_err(ui)?
+            .ok_or_else(|| {
+                ui(EngineError::Internal(
+                    "a migration without a job".to_string(),
+                ))
+            })
     }
 
     async fn templates(&self) -> Result<TemplatesPage, UiError> {
@@ -164,18 +218,80 @@ impl Backend for UiBackend {
     }
 
     async fn build_template(&self, caller: Caller, body: TemplateBody) -> Result<u64, UiError> {
-        self.authorize(&caller)?;
+        let actor = self.authorize(&caller)?;
         let release = self.check(body)?;
-        self.0.build_template(release).await.map_err(ui)
+        self.template_job(&actor, TemplateCommand::Build(release))
+            .await
     }
 
     async fn rebuild_template(&self, caller: Caller, vmid: u32) -> Result<u64, UiError> {
-        self.authorize(&caller)?;
-        self.0.rebuild_template(vmid).await.map_err(ui)
+        let actor = self.authorize(&caller)?;
+        self.template_job(&actor, TemplateCommand::Rebuild(vmid))
+            .await
     }
 
     async fn delete_template(&self, caller: Caller, vmid: u32) -> Result<(), UiError> {
-        self.authorize(&caller)?;
-        self.0.delete_template(vmid).await.map_err(ui)
+        let actor = self.authorize(&caller)?;
+        self.0
+            .template_command(&actor, TemplateCommand::Delete(vmid))
+            .await
+            .map(|_| ())
+            .map_err(ui)
+    }
+
+    async fn me(&self, caller: Caller) -> Result<Me, UiError> {
+        self.0.me(&actor(&caller)).await.map_err(ui)
+    }
+
+    async fn tokens(&self, caller: Caller) -> Result<Vec<TokenInfo>, UiError> {
+        Ok(self.0.tokens_of(&actor(&caller)))
+    }
+
+    async fn create_token(
+        &self,
+        caller: Caller,
+        name: String,
+        expires_days: Option<u32>,
+    ) -> Result<String, UiError> {
+        let actor = self.authorize(&caller)?;
+        self.0
+            .create_token_as(&actor, name, expires_days)
+            .await
+            .map_err(ui)
+    }
+
+    async fn revoke_token(&self, caller: Caller, id: String) -> Result<(), UiError> {
+        let actor = self.authorize(&caller)?;
+        self.0.revoke_token_as(&actor, id).await.map_err(ui)
+    }
+
+    async fn users(&self, caller: Caller) -> Result<Vec<UserRow>, UiError> {
+        self.0.users_as(&actor(&caller)).await.map_err(ui)
+    }
+
+    async fn update_user(&self, caller: Caller, change: UserChange) -> Result<(), UiError> {
+        let actor = self.authorize(&caller)?;
+        self.0.update_user_as(&actor, change).await.map_err(ui)
+    }
+
+    async fn assign_vm(
+        &self,
+        caller: Caller,
+        vmid: u32,
+        user: Option<String>,
+    ) -> Result<(), UiError> {
+        let actor = self.authorize(&caller)?;
+        self.0.assign_as(&actor, vmid, user).await.map_err(ui)
+    }
+
+    async fn audit(&self, caller: Caller, filter: AuditFilter) -> Result<Vec<AuditEntry>, UiError> {
+        let query = crate::store::AuditQuery {
+            user: filter.user.filter(|u| !u.trim().is_empty()),
+            vmid: filter.vmid,
+            before: filter.before,
+            limit: 100,
+            ..Default::default()
+        };
+        self.0.audit_log(&actor(&caller), query).await.map_err(ui)
     }
 }

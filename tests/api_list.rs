@@ -196,22 +196,32 @@ async fn clients_outside_allow_ips_cannot_change_anything() {
 }
 
 #[tokio::test]
-async fn api_tokens_guard_changes_but_not_reads() {
+async fn api_tokens_guard_changes_and_reads() {
     let token = "0123456789abcdef-test";
     let server = common::server(&[("API_TOKENS", token)]).await;
     let url = format!("{}/api/vm/101/stop", server.url);
     let (status, _) = common::post(&url).await;
     assert_eq!(status, 401);
     let status_url = format!("{}/api/vm/101/status", server.url);
-    assert_eq!(common::get(&status_url).await, (200, "running".to_string()));
-    let res = reqwest::Client::new()
-        .post(&url)
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
+    let (status, body) = common::get(&status_url).await;
+    assert_eq!(status, 401, "a read needs the token too: {body}");
+    assert!(body.contains("sign in first"), "{body}");
+    let client = reqwest::Client::new();
+    let read = || async {
+        let res = client
+            .get(&status_url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    };
+    assert_eq!(read().await, (200, "running".to_string()));
+    let res = client.post(&url).bearer_auth(token).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    assert_eq!(common::get(&status_url).await, (200, "stopped".to_string()));
+    assert_eq!(read().await, (200, "stopped".to_string()));
+    let (status, _) = common::get(&format!("{}/api/health", server.url)).await;
+    assert_eq!(status, 200, "the health check stays open");
 }
 
 #[tokio::test]

@@ -83,13 +83,21 @@ async fn an_install_and_a_failed_one_are_counted_by_kind_step_operation_and_rout
 }
 
 #[tokio::test]
-async fn metrics_are_a_read_open_like_the_others_and_show_no_token() {
+async fn metrics_are_for_admins_once_sign_in_is_configured_and_show_no_token() {
     const TOKEN: &str = "metrics-test-token-0123456789abcdef";
     let s = common::server(&[("API_TOKENS", TOKEN)]).await;
     let (status, refused) = common::post_json(&format!("{}/api/vm/install", s.url), DEBIAN).await;
     assert_eq!(status, 401, "{refused}");
     let (status, text) = common::get(&format!("{}/metrics", s.url)).await;
-    assert_eq!(status, 200, "a read needs no token: {text}");
+    assert_eq!(status, 401, "an anonymous read is refused: {text}");
+    let res = reqwest::Client::new()
+        .get(format!("{}/metrics", s.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
     assert!(!text.contains(TOKEN));
     assert_eq!(
         sample(

@@ -237,15 +237,15 @@ async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_
     assert_eq!(session.len(), 64);
 
     // The session acts; without it, or after logout, nothing does.
-    let (_, _, body) = call_fn(url, "action", stop, None).await;
-    assert!(body.contains("401"), "{body}");
+    let (status, _, body) = call_fn(url, "action", stop, None).await;
+    assert_eq!(status, 401, "{body}");
     let (_, _, body) = call_fn(url, "action", stop, Some(&session)).await;
     assert!(body.contains("Ok"), "{body}");
     let (_, cookie, _) = call_fn(url, "logout", "{}", Some(&session)).await;
     assert!(cookie.is_some_and(|c| c.contains("Max-Age=0")));
     let start = r#"{"vmid":101,"action":"start"}"#;
-    let (_, _, body) = call_fn(url, "action", start, Some(&session)).await;
-    assert!(body.contains("401"), "{body}");
+    let (status, _, body) = call_fn(url, "action", start, Some(&session)).await;
+    assert_eq!(status, 401, "{body}");
 
     // Five failures a minute per address, then even the right token waits.
     for _ in 0..5 {

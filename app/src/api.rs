@@ -6,6 +6,7 @@
 //! failed request for a message the page shows. Call `.and_then(|a| a)`.
 
 use leptos::prelude::*;
+use pvedeck_domain::account::{AuditEntry, AuditFilter, Me, TokenInfo, UserChange, UserRow};
 use pvedeck_domain::request::{InstallBody, SetNode, TemplateBody};
 use pvedeck_domain::types::{
     Catalog, Job, JobDetail, ListFilter, NodeCharts, Overview, Resize, TemplatesPage, Timeframe,
@@ -25,8 +26,8 @@ pub const SESSION_COOKIE: &str = "pvedeck_session";
 mod server {
     use std::net::SocketAddr;
 
+    use axum::Extension;
     use axum::extract::ConnectInfo;
-    use axum::http::HeaderMap;
     use leptos::prelude::*;
 
     use crate::backend::{Caller, SharedBackend};
@@ -39,26 +40,20 @@ mod server {
         })
     }
 
-    /// Who asks: the client's address and its session token.
+    /// Who asks, as the server's middleware found (its address alone
+    /// when no middleware ran).
     pub async fn caller() -> Caller {
+        if let Ok(Extension(caller)) = leptos_axum::extract::<Extension<Caller>>().await {
+            return caller;
+        }
         let ip = leptos_axum::extract::<ConnectInfo<SocketAddr>>()
             .await
             .ok()
             .map(|ConnectInfo(addr)| addr.ip());
-        let token = leptos_axum::extract::<HeaderMap>()
-            .await
-            .ok()
-            .and_then(|headers| {
-                headers
-                    .get_all(axum::http::header::COOKIE)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .flat_map(|v| v.split(';'))
-                    .filter_map(|pair| pair.trim().split_once('='))
-                    .find(|(name, _)| *name == super::SESSION_COOKIE)
-                    .map(|(_, value)| value.to_string())
-            });
-        Caller { ip, session: token }
+        Caller {
+            ip,
+            ..Caller::default()
+        }
     }
 
     /// A `Set-Cookie` on the server function's response (session ids are
@@ -77,7 +72,8 @@ mod server {
 /// snapshot of the cluster (no Proxmox call per open page).
 #[server(prefix = "/fn", endpoint = "overview", output = Json)]
 pub async fn get_overview(filter: ListFilter, page: usize) -> Result<Answer<Overview>, UiError> {
-    Ok(server::backend()?.0.list(filter, page).await)
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.list(caller, filter, page).await)
 }
 
 /// A node's charts over a timeframe, drawn on the server.
@@ -97,17 +93,20 @@ pub async fn get_catalog() -> Result<Answer<Catalog>, UiError> {
 
 #[server(prefix = "/fn", endpoint = "vm", output = Json)]
 pub async fn get_vm(vmid: u32) -> Result<Answer<VmDetail>, UiError> {
-    Ok(server::backend()?.0.vm(vmid).await)
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.vm(caller, vmid).await)
 }
 
 #[server(prefix = "/fn", endpoint = "jobs", output = Json)]
 pub async fn get_jobs() -> Result<Answer<Vec<Job>>, UiError> {
-    Ok(server::backend()?.0.jobs().await)
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.jobs(caller).await)
 }
 
 #[server(prefix = "/fn", endpoint = "job", output = Json)]
 pub async fn get_job(id: u64) -> Result<Answer<JobDetail>, UiError> {
-    Ok(server::backend()?.0.job(id).await)
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.job(caller, id).await)
 }
 
 /// Starts an install; returns its job id.
@@ -175,7 +174,7 @@ pub async fn needs_login() -> Result<bool, UiError> {
 #[server(prefix = "/fn", endpoint = "login", input = Json, output = Json)]
 pub async fn login(token: String) -> Result<Answer<()>, UiError> {
     let caller = server::caller().await;
-    let session = match server::backend()?.0.login(caller, &token) {
+    let session = match server::backend()?.0.login(caller, &token).await {
         Ok(session) => session,
         Err(refused) => return Ok(Err(refused)),
     };
@@ -198,4 +197,65 @@ pub async fn logout() -> Result<Answer<()>, UiError> {
         "{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
     ));
     Ok(Ok(()))
+}
+
+/// Who this browser is signed in as, how one signs in here, and a user's
+/// quota and holdings.
+#[server(prefix = "/fn", endpoint = "me", output = Json)]
+pub async fn get_me() -> Result<Answer<Me>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.me(caller).await)
+}
+
+/// The caller's personal tokens (an admin: everyone's).
+#[server(prefix = "/fn", endpoint = "tokens", output = Json)]
+pub async fn get_tokens() -> Result<Answer<Vec<TokenInfo>>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.tokens(caller).await)
+}
+
+/// A new personal token: shown this once, kept only as a hash.
+#[server(prefix = "/fn", endpoint = "create-token", input = Json, output = Json)]
+pub async fn create_token(
+    name: String,
+    expires_days: Option<u32>,
+) -> Result<Answer<String>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?
+        .0
+        .create_token(caller, name, expires_days)
+        .await)
+}
+
+#[server(prefix = "/fn", endpoint = "revoke-token", input = Json, output = Json)]
+pub async fn revoke_token(id: String) -> Result<Answer<()>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.revoke_token(caller, id).await)
+}
+
+/// Admins: the users, their quotas and holdings.
+#[server(prefix = "/fn", endpoint = "users", output = Json)]
+pub async fn get_users() -> Result<Answer<Vec<UserRow>>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.users(caller).await)
+}
+
+#[server(prefix = "/fn", endpoint = "update-user", input = Json, output = Json)]
+pub async fn update_user(change: UserChange) -> Result<Answer<()>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.update_user(caller, change).await)
+}
+
+/// Admins: gives a VM to a user (`None`: back to the admins).
+#[server(prefix = "/fn", endpoint = "assign", input = Json, output = Json)]
+pub async fn assign_vm(vmid: u32, user: Option<String>) -> Result<Answer<()>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.assign_vm(caller, vmid, user).await)
+}
+
+/// Admins: the audit log, newest first.
+#[server(prefix = "/fn", endpoint = "audit", input = Json, output = Json)]
+pub async fn get_audit(filter: AuditFilter) -> Result<Answer<Vec<AuditEntry>>, UiError> {
+    let caller = server::caller().await;
+    Ok(server::backend()?.0.audit(caller, filter).await)
 }

@@ -25,7 +25,14 @@ pub fn vm(vm: &VmSummary) -> u64 {
             vm.memory.to_bits(),
             vm.memory_used.to_bits(),
         ),
-        (&vm.status, &vm.ip, vm.reserved, vm.managed, &vm.lock),
+        (
+            &vm.status,
+            &vm.ip,
+            vm.reserved,
+            vm.managed,
+            &vm.lock,
+            &vm.owner,
+        ),
     ))
 }
 
@@ -85,6 +92,7 @@ mod tests {
             reserved: false,
             managed: true,
             lock: None,
+            owner: None,
         }
     }
 

@@ -27,11 +27,15 @@ use leptos_router::{
     path,
 };
 
+use components::whoami::WhoAmI;
+use pages::account::Account;
+use pages::audit::Audit;
 use pages::jobs::{JobPage, Jobs};
 use pages::login::Login;
 use pages::new_vm::NewVm;
 use pages::node::NodePage;
 use pages::templates::Templates;
+use pages::users::Users;
 use pages::vm::VmPage;
 use pages::{not_found::NotFound, overview::Overview};
 
@@ -87,6 +91,7 @@ pub fn App() -> impl IntoView {
                     <A href="/templates">"Templates"</A>
                     <A href="/jobs">"Jobs"</A>
                 </nav>
+                <WhoAmI/>
             </header>
             <main data-hydrated="false">
                 <Routes fallback=NotFound>
@@ -98,6 +103,9 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/jobs") view=Jobs ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/:id") view=JobPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=Login ssr=SsrMode::Async/>
+                    <Route path=path!("/account") view=Account ssr=SsrMode::Async/>
+                    <Route path=path!("/users") view=Users ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view=Audit ssr=SsrMode::Async/>
                 </Routes>
                 <Hydrated/>
             </main>

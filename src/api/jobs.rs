@@ -2,16 +2,17 @@
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::{Extension, Json};
 
 use pvedeck_domain::types::{Job, JobDetail};
 
 use super::AppState;
 use super::responses::{Events, Refused};
 use super::{ApiError, sse};
+use crate::engine::Actor;
 
 fn job_id(raw: &str) -> Result<u64, ApiError> {
     raw.parse()
@@ -28,6 +29,7 @@ fn job_id(raw: &str) -> Result<u64, ApiError> {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Vec<Job>>, ApiError> {
     let limit = match query.get("limit") {
@@ -38,7 +40,7 @@ pub async fn list(
             .filter(|n| (1..=10_000).contains(n))
             .ok_or_else(|| ApiError::bad("limit must be a number from 1 to 10000"))?,
     };
-    Ok(Json(state.engine.job_list(limit).await?))
+    Ok(Json(state.engine.jobs_for(&actor, limit).await?))
 }
 
 /// `GET /api/jobs/:id`: the job and all its events.
@@ -51,9 +53,10 @@ pub async fn list(
 )]
 pub async fn show(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
 ) -> Result<Json<JobDetail>, ApiError> {
-    Ok(Json(state.engine.job_detail(job_id(&id)?).await?))
+    Ok(Json(state.engine.job_for(&actor, job_id(&id)?).await?))
 }
 
 /// `GET /api/jobs/:id/events`: replay, then follow; `Last-Event-ID` (or
@@ -71,6 +74,7 @@ pub async fn show(
 )]
 pub async fn events(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -88,5 +92,5 @@ pub async fn events(
         })
         .transpose()?
         .unwrap_or(0);
-    sse::job_events(state.engine.jobs(), id, after).await
+    sse::job_events(&state.engine, &actor, id, after).await
 }

@@ -9,6 +9,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState, cross_site};
+use crate::engine::{Actor, Credential};
 
 /// One log line per request, written when the response starts, and one
 /// count in `/metrics` under the route it matched (its template: ids and
@@ -42,27 +43,134 @@ fn changes_state(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// `ALLOW_IPS` (403) and `API_TOKENS` (401) for every state-changing request,
-/// as the engine rules them. The client address is the TCP peer's: a
-/// forwarded-for header is not trusted, as anyone can send one.
-pub async fn guard_changes(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if !changes_state(req.method()) {
-        return next.run(req).await;
+/// Paths anyone may reach whatever the sign-in: the sign-in itself, the
+/// health check, the built files and the init scripts guests fetch.
+fn open_to_all(path: &str) -> bool {
+    const EXACT: [&str; 7] = [
+        "/login",
+        "/auth/login",
+        "/auth/callback",
+        "/api/health",
+        "/fn/login",
+        "/fn/logout",
+        "/fn/needs-login",
+    ];
+    if EXACT.contains(&path) || path.starts_with("/pkg/") || path.starts_with("/sh/") {
+        return true;
     }
+    // A static file of the site root (`/favicon.svg`): a name with a dot,
+    // at the top, that is no route's.
+    let rest = path.trim_start_matches('/');
+    !rest.contains('/') && rest.contains('.')
+}
+
+/// A page a browser asks for (not `/api`, `/fn` or `/metrics`).
+fn is_page(method: &Method, path: &str) -> bool {
+    matches!(*method, Method::GET | Method::HEAD)
+        && !path.starts_with("/api/")
+        && !path.starts_with("/fn/")
+        && path != "/metrics"
+}
+
+/// The value of a cookie the request carries.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, value)| value)
+}
+
+/// Who sends each request, as the engine tells from its token or session
+/// ([`Actor`], left in the request for the handlers and the server
+/// functions), and what follows from it: with sign-in configured, no one
+/// reads or changes anything but the sign-in (401 for scripts, a redirect
+/// to `/login` for pages); `/metrics` is for admins; a state-changing
+/// `/api` request passes `ALLOW_IPS` (403). On `/api`, a session cookie
+/// counts for reads only (the browser's event streams): a change takes a
+/// bearer token. The client address is the TCP peer's: a forwarded-for
+/// header is not trusted, as anyone can send one.
+pub async fn identify(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let api = path.starts_with("/api/");
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| addr.ip());
-    let token = req
-        .headers()
+    let headers = req.headers();
+    let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    if let Err(e) = state.engine.authorize(peer, token) {
-        tracing::warn!(path = req.uri().path(), "refused: {e}");
+    let session = cookie(headers, app::api::SESSION_COOKIE)
+        .filter(|_| !(api && changes_state(&method)))
+        .map(str::to_string);
+    let credential = Credential {
+        token,
+        session: session.as_deref(),
+    };
+    let actor = match state.engine.identify(peer, credential) {
+        Ok(actor) => actor,
+        Err(e) if open_to_all(&path) => {
+            tracing::debug!(path, "credential ignored on an open path: {e}");
+            Actor {
+                principal: None,
+                client: peer,
+            }
+        }
+        Err(e) => {
+            tracing::warn!(path, "refused: {e}");
+            return ApiError::from(e).into_response();
+        }
+    };
+    if actor.principal.is_none() && state.engine.sign_in_configured() && !open_to_all(&path) {
+        if is_page(&method, &path) {
+            let next = req
+                .uri()
+                .path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .to_string();
+            let target = format!(
+                "/login?next={}",
+                percent_encoding::utf8_percent_encode(&next, percent_encoding::NON_ALPHANUMERIC)
+            );
+            return (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, target)],
+                "sign in first",
+            )
+                .into_response();
+        }
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "sign in first: send 'Authorization: Bearer <token>' (a token of API_TOKENS or a \
+             personal one), or sign in at /login",
+        )
+        .into_response();
+    }
+    // The counters and the simulator's controls are the whole server's.
+    if (path == "/metrics" || path.starts_with("/api/sim/")) && !actor.is_admin() {
+        return ApiError::new(StatusCode::FORBIDDEN, format!("{path} is for admins"))
+            .into_response();
+    }
+    if api
+        && changes_state(&method)
+        && let Err(e) = state.engine.authorize_change(&actor)
+    {
+        tracing::warn!(path, "refused: {e}");
         return ApiError::from(e).into_response();
     }
+    req.extensions_mut().insert(app::backend::Caller {
+        ip: peer,
+        session,
+        principal: actor.principal.clone(),
+    });
+    req.extensions_mut().insert(actor);
     next.run(req).await
 }
 
@@ -119,6 +227,33 @@ pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_sign_in_health_built_files_and_scripts_are_open_to_all() {
+        for open in [
+            "/login",
+            "/api/health",
+            "/fn/login",
+            "/pkg/pvedeck.js",
+            "/sh/debian_12.sh",
+            "/favicon.svg",
+        ] {
+            assert!(open_to_all(open), "{open}");
+        }
+        for closed in [
+            "/",
+            "/api/jobs",
+            "/fn/overview",
+            "/vm/101",
+            "/metrics",
+            "/api/x.json",
+        ] {
+            assert!(!open_to_all(closed), "{closed}");
+        }
+        assert!(is_page(&Method::GET, "/vm/101"));
+        assert!(!is_page(&Method::GET, "/api/jobs"));
+        assert!(!is_page(&Method::POST, "/new"));
+    }
 
     #[test]
     fn reads_do_not_change_state() {

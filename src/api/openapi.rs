@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
+use pvedeck_domain::account::AuditEntry;
 use pvedeck_domain::os::RELEASES;
 use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, TemplateBody};
 use pvedeck_domain::rules::{
@@ -48,6 +49,7 @@ use super::responses::{Done, Events, Refused};
         super::jobs::list,
         super::jobs::show,
         super::jobs::events,
+        super::audit::list,
         openapi,
         super::sh::script,
     ),
@@ -63,7 +65,8 @@ use super::responses::{Done, Events, Refused};
             StepEvent,
             VmList,
             Job,
-            JobDetail
+            JobDetail,
+            AuditEntry
         ),
         responses(Refused, Events, Done)
     )

@@ -10,7 +10,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::jobs::{Jobs, Update};
+use crate::engine::{Actor, Engine};
+use crate::jobs::Update;
 
 fn to_event(update: Update) -> Event {
     match update {
@@ -23,9 +24,15 @@ fn to_event(update: Update) -> Event {
 }
 
 /// Replays job `id` after event `after`, then follows it live.
-pub async fn job_events(jobs: &Arc<Jobs>, id: u64, after: u64) -> Result<Response, ApiError> {
-    let rx = jobs
-        .follow(id, after)
+/// A job's events as `actor` may follow them: another user's job is 404.
+pub async fn job_events(
+    engine: &Arc<Engine>,
+    actor: &Actor,
+    id: u64,
+    after: u64,
+) -> Result<Response, ApiError> {
+    let rx = engine
+        .follow_for(actor, id, after)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
     // The follower task drops its sender after `Closed`, which ends the stream.

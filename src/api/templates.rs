@@ -1,9 +1,9 @@
 //! pvedeck's golden templates (docs/provisioning.md#golden-templates): list,
 //! build (streamed like an install), delete.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
+use axum::{Extension, Json};
 
 use pvedeck_domain::request::TemplateBody;
 use pvedeck_domain::types::TemplateInfo;
@@ -13,6 +13,7 @@ use super::body::Checked;
 use super::responses::{Done, Events, Refused};
 use super::vm::VmId;
 use super::{ApiError, sse};
+use crate::engine::{Actor, TemplateCommand};
 
 /// The templates pvedeck built, and those it is building.
 #[utoipa::path(
@@ -36,10 +37,23 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<TemplateInfo
 )]
 pub async fn build(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Checked(release): Checked<TemplateBody>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.build_template(release).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+    streamed(&state, &actor, TemplateCommand::Build(release)).await
+}
+
+async fn streamed(
+    state: &AppState,
+    actor: &Actor,
+    command: TemplateCommand,
+) -> Result<Response, ApiError> {
+    let job = state
+        .engine
+        .template_command(actor, command)
+        .await?
+        .ok_or_else(|| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no job"))?;
+    sse::job_events(&state.engine, actor, job, 0).await
 }
 
 /// Builds the template's release anew, streamed like a build; the old
@@ -53,9 +67,12 @@ pub async fn build(
     params(("id" = u32, Path, description = "the template's VMID")),
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
-pub async fn rebuild(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
-    let job = state.engine.rebuild_template(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+pub async fn rebuild(
+    State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    VmId(id): VmId,
+) -> Result<Response, ApiError> {
+    streamed(&state, &actor, TemplateCommand::Rebuild(id)).await
 }
 
 /// `qm destroy --purge` of a template pvedeck built; 409 while it is being
@@ -69,8 +86,12 @@ pub async fn rebuild(State(state): State<AppState>, VmId(id): VmId) -> Result<Re
 )]
 pub async fn delete(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
-    state.engine.delete_template(id).await?;
+    state
+        .engine
+        .template_command(&actor, TemplateCommand::Delete(id))
+        .await?;
     Ok("ok")
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use axum::Extension;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, header};
@@ -14,6 +15,7 @@ use super::AppState;
 use super::body::Checked;
 use super::responses::{Done, Events, Refused};
 use super::{ApiError, sse};
+use crate::engine::{Actor, Command};
 
 /// The `:id` of a VM route. Read before the body: a bad id is the first
 /// thing a client hears of. Where go-pve-qemu answered 500, we answer 400.
@@ -59,10 +61,11 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = ListFilter::from_disable(query.get("disable").map(String::as_str));
-    let listing = state.engine.list(filter).await?;
+    let listing = state.engine.list_for(&actor, filter).await?;
     let headers = [
         (header::CONTENT_TYPE, "application/json".to_string()),
         (
@@ -88,10 +91,11 @@ pub async fn list(
 )]
 pub async fn install(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     Checked(request): Checked<InstallBody>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.install(request).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+    let job = state.engine.install_as(&actor, request).await?;
+    sse::job_events(&state.engine, &actor, job, 0).await
 }
 
 /// `running` or `stopped`, from `qm status`.
@@ -105,8 +109,12 @@ pub async fn install(
         (status = "default", response = Refused)
     )
 )]
-pub async fn status(State(state): State<AppState>, VmId(id): VmId) -> Result<String, ApiError> {
-    Ok(state.engine.vm_status(id).await?)
+pub async fn status(
+    State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    VmId(id): VmId,
+) -> Result<String, ApiError> {
+    Ok(state.engine.status_for(&actor, id).await?)
 }
 
 /// `qm start`, streamed until SSH answers (the VM must be stopped).
@@ -117,9 +125,12 @@ pub async fn status(State(state): State<AppState>, VmId(id): VmId) -> Result<Str
     params(("id" = u32, Path, description = "VMID")),
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
-pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
-    let job = state.engine.start(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+pub async fn start(
+    State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    VmId(id): VmId,
+) -> Result<Response, ApiError> {
+    streamed(&state, &actor, id, Command::Start).await
 }
 
 /// `qm reboot`, streamed until SSH answers again (the VM must be running).
@@ -130,9 +141,12 @@ pub async fn start(State(state): State<AppState>, VmId(id): VmId) -> Result<Resp
     params(("id" = u32, Path, description = "VMID")),
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
-pub async fn reboot(State(state): State<AppState>, VmId(id): VmId) -> Result<Response, ApiError> {
-    let job = state.engine.reboot(id).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+pub async fn reboot(
+    State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    VmId(id): VmId,
+) -> Result<Response, ApiError> {
+    streamed(&state, &actor, id, Command::Reboot).await
 }
 
 /// `qm stop`: a hard stop (the VM must be running).
@@ -143,9 +157,12 @@ pub async fn reboot(State(state): State<AppState>, VmId(id): VmId) -> Result<Res
     params(("id" = u32, Path, description = "VMID")),
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
-pub async fn stop(State(state): State<AppState>, VmId(id): VmId) -> Result<&'static str, ApiError> {
-    state.engine.stop(id).await?;
-    Ok("ok")
+pub async fn stop(
+    State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
+    VmId(id): VmId,
+) -> Result<&'static str, ApiError> {
+    done(&state, &actor, id, Command::Stop).await
 }
 
 /// `qm shutdown`: ACPI (the VM must be running).
@@ -158,10 +175,10 @@ pub async fn stop(State(state): State<AppState>, VmId(id): VmId) -> Result<&'sta
 )]
 pub async fn shutdown(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
-    state.engine.shutdown(id).await?;
-    Ok("ok")
+    done(&state, &actor, id, Command::Shutdown).await
 }
 
 /// `qm destroy --purge` (the VM must be stopped).
@@ -174,10 +191,10 @@ pub async fn shutdown(
 )]
 pub async fn destroy(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
-    state.engine.destroy(id).await?;
-    Ok("ok")
+    done(&state, &actor, id, Command::Destroy).await
 }
 
 /// `qm set --cores` (the VM must be stopped).
@@ -191,11 +208,11 @@ pub async fn destroy(
 )]
 pub async fn set_cpu(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(cores): Checked<SetCpu>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.set_cpu(id, cores).await?;
-    Ok("ok")
+    done(&state, &actor, id, Command::SetCpu(cores)).await
 }
 
 /// `qm set --memory`, with the balloon rules; the VM must be stopped.
@@ -211,11 +228,11 @@ pub async fn set_cpu(
 )]
 pub async fn set_memory(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(memory): Checked<SetMemory>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.set_memory(id, memory).await?;
-    Ok("ok")
+    done(&state, &actor, id, Command::SetMemory(memory)).await
 }
 
 /// `qm disk resize scsi0 +<n>G` (the VM must be stopped).
@@ -229,11 +246,11 @@ pub async fn set_memory(
 )]
 pub async fn set_disk(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(growth): Checked<SetDisk>,
 ) -> Result<&'static str, ApiError> {
-    state.engine.grow_disk(id, growth).await?;
-    Ok("ok")
+    done(&state, &actor, id, Command::GrowDisk(growth)).await
 }
 
 /// `qm migrate --with-local-disks`, its log streamed (the VM must be stopped).
@@ -247,11 +264,37 @@ pub async fn set_disk(
 )]
 pub async fn set_node(
     State(state): State<AppState>,
+    Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(node): Checked<SetNode>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.migrate(id, node).await?;
-    sse::job_events(state.engine.jobs(), job, 0).await
+    streamed(&state, &actor, id, Command::Migrate(node)).await
+}
+
+/// A command that answers `ok` when done.
+async fn done(
+    state: &AppState,
+    actor: &Actor,
+    id: u32,
+    command: Command,
+) -> Result<&'static str, ApiError> {
+    state.engine.command(actor, id, command).await?;
+    Ok("ok")
+}
+
+/// A command run as a job, answered with the job's events.
+async fn streamed(
+    state: &AppState,
+    actor: &Actor,
+    id: u32,
+    command: Command,
+) -> Result<Response, ApiError> {
+    let job = state
+        .engine
+        .command(actor, id, command)
+        .await?
+        .ok_or_else(|| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no job"))?;
+    sse::job_events(&state.engine, actor, job, 0).await
 }
 
 #[cfg(test)]

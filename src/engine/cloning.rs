@@ -58,6 +58,7 @@ impl Engine {
             .await
             .map_err(none)?;
         job.set_vmid(p.vmid);
+        self.claim(job, p.vmid);
         let template = self.template_for(job, &req.release).await.map_err(none)?;
         let key = self.ssh_key_stage(Out::Job(job)).await.map_err(none)?;
         let vmid = p.vmid;
@@ -139,6 +140,9 @@ impl Engine {
                 format!("ip={}/24,gw={}", p.ip, self.config.gateway),
             ),
         ]);
+        if let Some(owner) = job.owner() {
+            options.push(("description".into(), super::tenancy::owner_notes(owner)));
+        }
         options.extend(memory::balloon_options(
             p.ram,
             self.config.vm_balloon_min_mb,
@@ -301,7 +305,7 @@ impl Engine {
         step.processing(format!(
             "[*] no template {name} yet: building it (job {build})"
         ));
-        let follow = self.jobs.follow(build, 0).await.map_err(failed(
+        let follow = self.jobs.follow(build, 0, false).await.map_err(failed(
             &step,
             "failed to follow the template build",
             Cleanup::Nothing,

@@ -208,6 +208,7 @@ impl Engine {
     ) -> Result<(), (Failure, Option<(u32, String)>)> {
         let mut plan = self.prepare(job, req, held).await.map_err(|f| (f, None))?;
         job.set_vmid(plan.vmid);
+        self.claim(job, plan.vmid);
 
         // A failed `qm create` leaves no VM; after it, a failure knows the
         // VM. One cut short in the middle may have made it: half-made.
@@ -406,7 +407,7 @@ impl Engine {
             &step,
             &plan.node,
             plan.vmid,
-            (&plan.name, tags),
+            (&plan.name, tags, job.owner()),
             plan.cpu,
             plan.ram,
         )
@@ -420,7 +421,7 @@ impl Engine {
         step: &Step<'_>,
         node: &str,
         vmid: u32,
-        (name, tags): (&str, String),
+        (name, tags, owner): (&str, String, Option<&str>),
         cpu: u32,
         ram: u64,
     ) -> Result<(), Failure> {
@@ -449,6 +450,11 @@ impl Engine {
             // is one it manages (`MANAGE`), even half-made.
             ("tags", tags),
         ]);
+        if let Some(owner) = owner {
+            // Whose it is, where another pvedeck (or a fresh database) can
+            // read it again: the Proxmox notes.
+            options.push(("description".into(), super::tenancy::owner_notes(owner)));
+        }
         options.extend(memory::balloon_options(ram, self.config.vm_balloon_min_mb));
         self.proxmox
             .create(node, vmid, &options)

@@ -104,6 +104,7 @@ pub fn build(
             reserved: false,
             managed: manage.covers(vm),
             lock: vm.lock.clone(),
+            owner: None,
         })
         .collect();
 
@@ -123,6 +124,7 @@ pub fn build(
             reserved: true,
             managed: false,
             lock: None,
+            owner: None,
         }));
     }
     list.sort_by_key(|vm| vm.vmid);

@@ -5,10 +5,12 @@
 
 mod access;
 pub use access::Credential;
+pub mod accounts;
 mod allocator;
 mod cloning;
 mod cpu;
 mod detail;
+pub mod directory;
 mod disk;
 mod error;
 mod failure;
@@ -18,16 +20,20 @@ mod install;
 mod lifecycle;
 pub mod list;
 mod memory;
+mod people;
+mod quota;
 mod readiness;
 mod report;
 mod rrd;
 pub mod scope;
 pub mod sessions;
+pub mod signin;
 mod snapshot;
 mod sshkey;
 mod stopping;
 mod storage;
 mod templates;
+pub mod tenancy;
 
 use std::sync::Arc;
 
@@ -42,6 +48,7 @@ pub use allocator::Allocator;
 pub use error::EngineError;
 use images::Images;
 pub use report::one_line;
+pub use tenancy::{Actor, Command, TemplateCommand};
 
 pub struct Engine {
     /// The only way to Proxmox: every call under its timeout.
@@ -65,6 +72,14 @@ pub struct Engine {
     sessions: sessions::Sessions,
     /// A SIGTERM's grace, the job tasks it waits for.
     stopping: stopping::Stopping,
+    /// Users, tokens and owners, as last read.
+    directory: Arc<directory::Directory>,
+    /// What users were admitted to hold that no snapshot shows yet.
+    ledger: quota::Ledger,
+    /// The VM list as users and admins see it.
+    views: tenancy::Views,
+    /// Sign-in through OpenID Connect (`OIDC_*`).
+    oidc: Option<signin::Oidc>,
 }
 
 /// What an engine is made of besides its configuration.
@@ -75,6 +90,9 @@ pub struct Parts {
     /// The backend's time: real, or the simulated cluster's `SIM_SPEED`.
     pub clock: Clock,
     pub jobs: Arc<Jobs>,
+    /// The people, read from the jobs' database.
+    pub directory: Arc<directory::Directory>,
+    pub oidc: Option<signin::Oidc>,
 }
 
 /// The list with how old its data is.
@@ -133,7 +151,20 @@ impl Engine {
             template_builds: Default::default(),
             sessions: sessions::Sessions::new(config_ttl),
             stopping: stopping::Stopping::default(),
+            directory: parts.directory,
+            ledger: quota::Ledger::default(),
+            views: tenancy::Views::default(),
+            oidc: parts.oidc,
         }
+    }
+
+    pub fn directory(&self) -> &Arc<directory::Directory> {
+        &self.directory
+    }
+
+    /// Whether people may sign in through an OpenID Connect provider.
+    pub fn has_oidc(&self) -> bool {
+        self.oidc.is_some()
     }
 
     pub fn config(&self) -> &Config {

@@ -1,6 +1,8 @@
-//! UI sessions (when `API_TOKENS` is set): a login with a valid token opens
-//! a session whose id — random, opaque, not the token — goes in the
-//! browser's cookie and ends after `SESSION_TTL` or at logout. Failed logins
+//! UI sessions (when sign-in is configured): a login with a valid token (or
+//! an OpenID Connect sign-in) opens a session whose id — random, opaque, not
+//! the token — goes in the browser's cookie and ends after `SESSION_TTL` or
+//! at logout. A session knows whose it is, not what they may do: that is
+//! read at each request, so that a removed user's sessions end with them. Failed logins
 //! are limited per client address, so that a token cannot be guessed at
 //! the speed of the network.
 //!
@@ -29,10 +31,19 @@ pub enum SessionError {
     Random(String),
 }
 
+/// Whose a session is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The n-th of `API_TOKENS` (from 1): an administrator.
+    ApiToken(usize),
+    /// A user of the database.
+    User(String),
+}
+
 pub struct Sessions {
     ttl: Duration,
-    /// Session id → when it ends.
-    open: Mutex<HashMap<String, Instant>>,
+    /// Session id → when it ends, and whose it is.
+    open: Mutex<HashMap<String, (Instant, Subject)>>,
     /// Address → failed logins in the window that began at the instant.
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
 }
@@ -78,7 +89,12 @@ impl Sessions {
     }
 
     /// A new session, after a valid token: its id.
-    pub fn open(&self, ip: Option<IpAddr>, now: Instant) -> Result<String, SessionError> {
+    pub fn open(
+        &self,
+        ip: Option<IpAddr>,
+        now: Instant,
+        subject: Subject,
+    ) -> Result<String, SessionError> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes).map_err(|e| SessionError::Random(e.to_string()))?;
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -86,19 +102,25 @@ impl Sessions {
             lock(&self.failures).remove(&ip);
         }
         let mut open = lock(&self.open);
-        open.retain(|_, ends| *ends > now);
+        open.retain(|_, (ends, _)| *ends > now);
         if open.len() >= MAX_SESSIONS
-            && let Some(oldest) = open.iter().min_by_key(|(_, e)| **e).map(|(k, _)| k.clone())
+            && let Some(oldest) = open
+                .iter()
+                .min_by_key(|(_, (e, _))| *e)
+                .map(|(k, _)| k.clone())
         {
             open.remove(&oldest);
         }
-        open.insert(id.clone(), now + self.ttl);
+        open.insert(id.clone(), (now + self.ttl, subject));
         Ok(id)
     }
 
-    /// Whether `id` is an open session that has not ended.
-    pub fn valid(&self, id: &str, now: Instant) -> bool {
-        lock(&self.open).get(id).is_some_and(|ends| *ends > now)
+    /// Whose open session `id` is, if it has not ended.
+    pub fn subject(&self, id: &str, now: Instant) -> Option<Subject> {
+        lock(&self.open)
+            .get(id)
+            .filter(|(ends, _)| *ends > now)
+            .map(|(_, subject)| subject.clone())
     }
 
     pub fn close(&self, id: &str) {
@@ -114,15 +136,21 @@ mod tests {
     fn a_session_ends_at_its_ttl_or_logout() {
         let sessions = Sessions::new(Duration::from_secs(60));
         let t = Instant::now();
-        let a = sessions.open(None, t).unwrap();
-        let b = sessions.open(None, t).unwrap();
+        let a = sessions.open(None, t, Subject::ApiToken(1)).unwrap();
+        let b = sessions
+            .open(None, t, Subject::User("alice".into()))
+            .unwrap();
         assert_eq!(a.len(), 64);
         assert_ne!(a, b, "random");
-        assert!(sessions.valid(&a, t + Duration::from_secs(59)));
-        assert!(!sessions.valid(&a, t + Duration::from_secs(60)));
+        assert_eq!(
+            sessions.subject(&a, t + Duration::from_secs(59)),
+            Some(Subject::ApiToken(1))
+        );
+        assert_eq!(sessions.subject(&a, t + Duration::from_secs(60)), None);
+        assert_eq!(sessions.subject(&b, t), Some(Subject::User("alice".into())));
         sessions.close(&b);
-        assert!(!sessions.valid(&b, t));
-        assert!(!sessions.valid("guess", t));
+        assert_eq!(sessions.subject(&b, t), None);
+        assert_eq!(sessions.subject("guess", t), None);
     }
 
     #[test]

@@ -39,6 +39,21 @@ pub struct Snapshot {
     pub lists: [OnceLock<Arc<Listed>>; 3],
 }
 
+#[cfg(test)]
+impl Snapshot {
+    /// A snapshot of these VMs, taken now.
+    pub fn of(vms: Vec<VmResource>) -> Snapshot {
+        Snapshot {
+            vms,
+            nodes: Vec::new(),
+            storages: Vec::new(),
+            taken: Instant::now(),
+            changes: 0,
+            lists: Default::default(),
+        }
+    }
+}
+
 /// A list as every reader of one snapshot gets it: built and written as
 /// JSON once.
 #[derive(Debug)]

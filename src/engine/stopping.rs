@@ -139,7 +139,8 @@ impl Engine {
         title: &str,
     ) -> Result<JobHandle, EngineError> {
         self.refuse_when_stopping()?;
-        Ok(self.jobs.start(kind, vmid, title)?)
+        let owner = super::tenancy::current_owner();
+        Ok(self.jobs.start(kind, vmid, title, owner.as_deref())?)
     }
 
     /// Runs a job's work on its own task; if a shutdown's grace ends

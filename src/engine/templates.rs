@@ -376,7 +376,7 @@ impl Engine {
         job.stake(stake(vmid, node, Cleanup::Destroy));
         let step = Step::new(job, Some("template build"), "creating VM");
         let tags = format!("{TEMPLATE_TAG};{}", release.os);
-        self.create_vm(&step, node, vmid, (name, tags), 2, 2048)
+        self.create_vm(&step, node, vmid, (name, tags, None), 2, 2048)
             .await
             .map_err(before)?;
 

@@ -28,7 +28,9 @@ pub enum Update {
 
 #[derive(Debug, Clone)]
 enum Live {
-    Event(JobEvent),
+    /// An event, with the message a secret-bearing one shows live (to
+    /// the followers allowed to see it).
+    Event(JobEvent, Option<String>),
     Closed,
 }
 
@@ -113,11 +115,7 @@ fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Wr
                     tracing::warn!(job = id, "cannot store an event: {e}");
                 }
                 if let Some(tx) = lock(live).get(&id) {
-                    let mut event = event;
-                    if let Some(message) = shown {
-                        event.event.message = message;
-                    }
-                    let _ = tx.send(Live::Event(event));
+                    let _ = tx.send(Live::Event(event, shown));
                 }
             }
             Write::Finish {
@@ -246,6 +244,7 @@ impl Jobs {
                     finished: Mutex::new(false),
                     last_step: Mutex::new(last_step),
                     stake: Mutex::new(stake.clone()),
+                    owner: job.owner.clone(),
                 },
                 kind: job.kind,
                 stake,
@@ -274,8 +273,9 @@ impl Jobs {
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
+        owner: Option<&str>,
     ) -> Result<JobHandle, StoreError> {
-        let id = self.store.create_job(kind, vmid, title, now_ms())?;
+        let id = self.store.create_job(kind, vmid, title, now_ms(), owner)?;
         let (tx, _) = broadcast::channel(LIVE_CAPACITY);
         self.live().insert(id, tx);
         tracing::info!(job = id, kind = kind.as_str(), title, "job started");
@@ -289,11 +289,28 @@ impl Jobs {
             finished: Mutex::new(false),
             last_step: Mutex::new("pvedeck".to_string()),
             stake: Mutex::new(None),
+            owner: owner.map(str::to_string),
         })
     }
 
     pub async fn job(&self, id: u64) -> Result<Option<Job>, StoreError> {
         self.read(move |s| s.job(id)).await
+    }
+
+    /// Whether job `id` is running in this process.
+    pub fn is_running(&self, id: u64) -> bool {
+        self.live().contains_key(&id)
+    }
+
+    /// The store itself, for what is not the job history (people, audit).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// A user's jobs, newest first.
+    pub async fn list_of(&self, owner: &str, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let owner = owner.to_string();
+        self.read(move |s| s.jobs_of(&owner, limit)).await
     }
 
     pub async fn list(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
@@ -354,10 +371,13 @@ impl Jobs {
 
     /// Follows a job from after event `after`: the stored events first, then
     /// the live ones, then `Closed`. `None` when there is no such job.
+    /// `reveal`: this follower is shown what is shown once (the job's
+    /// generated root password); the others read the stored message.
     pub async fn follow(
         self: &Arc<Self>,
         id: u64,
         after: u64,
+        reveal: bool,
     ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
         if self.job(id).await?.is_none() {
             return Ok(None);
@@ -386,13 +406,16 @@ impl Jobs {
             if let Some(mut live) = live {
                 loop {
                     match live.recv().await {
-                        Ok(Live::Event(e)) if e.seq > last => {
+                        Ok(Live::Event(mut e, shown)) if e.seq > last => {
                             last = e.seq;
+                            if let Some(message) = shown.filter(|_| reveal) {
+                                e.event.message = message;
+                            }
                             if tx.send(Update::Event(e)).await.is_err() {
                                 return;
                             }
                         }
-                        Ok(Live::Event(_)) => {}
+                        Ok(Live::Event(..)) => {}
                         Ok(Live::Closed) | Err(broadcast::error::RecvError::Closed) => break,
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             for update in catch_up(&mut last).await {
@@ -439,11 +462,17 @@ pub struct JobHandle {
     last_step: Mutex<String>,
     /// What the job has at stake now (as recorded in the database).
     stake: Mutex<Option<Stake>>,
+    /// The user who started it (the VM it makes is theirs).
+    owner: Option<String>,
 }
 
 impl JobHandle {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -605,10 +634,10 @@ mod tests {
     #[tokio::test]
     async fn a_follower_gets_replay_then_live_then_close() {
         let jobs = Jobs::open(&db("follow")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t").unwrap();
+        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
         job.emit(event(1));
         job.emit(event(2));
-        let rx = jobs.follow(job.id(), 0).await.unwrap().unwrap();
+        let rx = jobs.follow(job.id(), 0, true).await.unwrap().unwrap();
         job.emit(event(3));
         job.finish(JobState::Succeeded, None, None);
         let updates = drain(rx).await;
@@ -619,14 +648,14 @@ mod tests {
     #[tokio::test]
     async fn last_event_id_resumes_and_finished_jobs_replay() {
         let jobs = Jobs::open(&db("resume")).unwrap();
-        let job = jobs.start(JobKind::Start, Some(101), "t").unwrap();
+        let job = jobs.start(JobKind::Start, Some(101), "t", None).unwrap();
         for n in 1..=5 {
             job.emit(event(n));
         }
         job.finish(JobState::Failed, Some(VmOutcome::Kept), Some("s"));
-        let updates = drain(jobs.follow(job.id(), 3).await.unwrap().unwrap()).await;
+        let updates = drain(jobs.follow(job.id(), 3, true).await.unwrap().unwrap()).await;
         assert_eq!(seqs(&updates), [4, 5]);
-        assert!(jobs.follow(9999, 0).await.unwrap().is_none());
+        assert!(jobs.follow(9999, 0, true).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -634,7 +663,7 @@ mod tests {
         let path = db("restart");
         let id = {
             let jobs = Jobs::open(&path).unwrap();
-            let job = jobs.start(JobKind::Install, None, "t").unwrap();
+            let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
             job.emit(event(1));
             job.stake(Some(Stake {
                 vmid: 106,
@@ -662,7 +691,7 @@ mod tests {
         assert_eq!(job.last_step(), "s");
         let stake = stake.unwrap();
         assert_eq!((stake.vmid, stake.on_stop), (106, OnStop::Destroy));
-        let rx = jobs.follow(id, 0).await.unwrap().unwrap();
+        let rx = jobs.follow(id, 0, true).await.unwrap().unwrap();
         job.emit(event(2));
         job.finish(JobState::Interrupted, Some(VmOutcome::Destroyed), Some("s"));
         let updates = drain(rx).await;
@@ -680,8 +709,8 @@ mod tests {
     #[tokio::test]
     async fn a_lagging_follower_catches_up_from_the_database() {
         let jobs = Jobs::open(&db("lag")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t").unwrap();
-        let rx = jobs.follow(job.id(), 0).await.unwrap().unwrap();
+        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let rx = jobs.follow(job.id(), 0, true).await.unwrap().unwrap();
         for n in 1..=(LIVE_CAPACITY as u32 * 3) {
             job.emit(event(n));
         }

@@ -1,7 +1,15 @@
-//! The job history: jobs and their events in SQLite (`DATA_DIR/pvedeck.db`).
+//! What pvedeck keeps, in SQLite (`DATA_DIR/pvedeck.db`): the job history
+//! (jobs and their events), what VMs and templates proved to be, and the
+//! people (users, tokens, owners, the audit log: `accounts`, `audit`).
 //!
 //! One connection behind a mutex: writes are a few small rows per second per
 //! job, well within what a WAL-mode SQLite does in microseconds.
+
+mod accounts;
+mod audit;
+
+pub use accounts::TokenRow;
+pub use audit::AuditQuery;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -82,16 +90,51 @@ CREATE TABLE IF NOT EXISTS templates (
     built INTEGER NOT NULL,
     job   INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS users (
+    name    TEXT    PRIMARY KEY,
+    role    TEXT    NOT NULL,
+    groups  TEXT    NOT NULL,
+    quota   TEXT,
+    source  TEXT    NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    id        TEXT    PRIMARY KEY,
+    user      TEXT    NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+    name      TEXT    NOT NULL,
+    hash      TEXT    NOT NULL UNIQUE,
+    created   INTEGER NOT NULL,
+    expires   INTEGER,
+    last_used INTEGER
+);
+CREATE TABLE IF NOT EXISTS owners (
+    vmid     INTEGER PRIMARY KEY,
+    user     TEXT    NOT NULL,
+    assigned INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    at      INTEGER NOT NULL,
+    user    TEXT    NOT NULL,
+    client  TEXT,
+    action  TEXT    NOT NULL,
+    target  TEXT,
+    summary TEXT    NOT NULL,
+    outcome TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
 ";
 
 /// Columns added after a database was first made: (table, column, type).
 /// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
 /// `jobs.task`: the Proxmox task (UPID) the job waits on, if any.
-const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
+/// `jobs.owner`: the user who started it.
+const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
     ("events", "host_key", "TEXT"),
     ("jobs", "node", "TEXT"),
     ("jobs", "on_stop", "TEXT"),
     ("jobs", "task", "TEXT"),
+    ("jobs", "owner", "TEXT"),
 ];
 
 /// What becomes of a job's VM when the job stops before its end (pvedeck
@@ -158,6 +201,7 @@ fn job_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
         finished: row.get("finished")?,
         outcome: outcome.as_deref().and_then(from_word::<VmOutcome>),
         failed_step: row.get("failed_step")?,
+        owner: row.get("owner")?,
     })
 }
 
@@ -212,11 +256,20 @@ impl Store {
         vmid: Option<u32>,
         title: &str,
         created: i64,
+        owner: Option<&str>,
     ) -> Result<u64, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO jobs (kind, vmid, state, title, created) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![word(&kind), vmid, word(&JobState::Running), title, created],
+            "INSERT INTO jobs (kind, vmid, state, title, created, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                word(&kind),
+                vmid,
+                word(&JobState::Running),
+                title,
+                created,
+                owner
+            ],
         )?;
         Ok(conn.last_insert_rowid() as u64)
     }
@@ -453,7 +506,9 @@ mod tests {
     #[test]
     fn pruning_removes_ended_jobs_older_than_the_cut_with_their_events() {
         let store = Store::open(&temp_db("prune")).unwrap();
-        let ended = store.create_job(JobKind::Install, None, "old", 1).unwrap();
+        let ended = store
+            .create_job(JobKind::Install, None, "old", 1, None)
+            .unwrap();
         let ev = StepEvent {
             step: "s".into(),
             status: StepStatus::Success,
@@ -466,7 +521,9 @@ mod tests {
         store
             .finish(ended, JobState::Succeeded, 10, None, None)
             .unwrap();
-        let running = store.create_job(JobKind::Install, None, "runs", 1).unwrap();
+        let running = store
+            .create_job(JobKind::Install, None, "runs", 1, None)
+            .unwrap();
         assert_eq!(store.prune(10).unwrap(), 0, "ended at 10: not before");
         assert_eq!(store.prune(11).unwrap(), 1);
         assert!(store.job(ended).unwrap().is_none());
@@ -480,7 +537,13 @@ mod tests {
         let id = {
             let store = Store::open(&path).unwrap();
             let id = store
-                .create_job(JobKind::Install, None, "install debian 12", 1)
+                .create_job(
+                    JobKind::Install,
+                    None,
+                    "install debian 12",
+                    1,
+                    Some("alice"),
+                )
                 .unwrap();
             let ev = StepEvent {
                 step: "preparation > checking VMID".into(),
@@ -509,6 +572,7 @@ mod tests {
         assert_eq!(job.state, JobState::Failed);
         assert_eq!(job.vmid, Some(101));
         assert_eq!(job.outcome, Some(VmOutcome::Kept));
+        assert_eq!(job.owner.as_deref(), Some("alice"));
         let events = store.events(id, 0).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event.message, "[+] \"quoted\" ünïcode \\ back");

@@ -40,7 +40,7 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
     // `cargo xtask bench list-api large`: only those; none named, all.
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     type Bench = fn(&Path, &Path, &mut Vec<Figure>) -> Result<(), Failed>;
-    let benches: [(&str, &str, Bench); 8] = [
+    let benches: [(&str, &str, Bench); 10] = [
         (
             "list-sim",
             "list under load, simulated cluster in-process",
@@ -65,6 +65,16 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
         ),
         ("large", "5,000 VMs on 32 nodes", large_cluster),
         ("bundle", "the browser bundle", |r, _, f| bundle(r, f)),
+        (
+            "tenancy",
+            "the VM list as anyone, a user and an admin see it",
+            tenancy_overhead,
+        ),
+        (
+            "signin",
+            "OpenID Connect sign-in against the test provider",
+            sign_in,
+        ),
     ];
     for (name, title, bench) in benches {
         if wanted(name) {
@@ -255,14 +265,29 @@ fn to_ms(value: &str) -> Option<f64> {
 }
 
 fn wrk(addr: &str, path: &str, clients: u32, secs: u32) -> Result<Load, Failed> {
-    let out = Command::new("wrk")
-        .args([
-            "-t2",
-            &format!("-c{clients}"),
-            &format!("-d{secs}s"),
-            "--latency",
-            &format!("http://{addr}{path}"),
-        ])
+    wrk_as(addr, path, clients, secs, None)
+}
+
+/// [`wrk`] with a bearer token on every request.
+fn wrk_as(
+    addr: &str,
+    path: &str,
+    clients: u32,
+    secs: u32,
+    token: Option<&str>,
+) -> Result<Load, Failed> {
+    let mut command = Command::new("wrk");
+    command.args([
+        "-t2",
+        &format!("-c{clients}"),
+        &format!("-d{secs}s"),
+        "--latency",
+    ]);
+    if let Some(token) = token {
+        command.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = command
+        .arg(format!("http://{addr}{path}"))
         .output()
         .map_err(io("wrk"))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -716,6 +741,206 @@ fn bundle(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
         figures,
         "bundle: largest page's WASM",
         format!("{} gzip ({})", largest.0, largest.1),
+    );
+    Ok(())
+}
+
+// --- people ----------------------------------------------------------------
+
+/// `pvedeck <args>` on the bench's data directory (the admin commands):
+/// what it printed on stdout.
+fn admin_command(root: &Path, dir: &Path, args: &[&str]) -> Result<String, Failed> {
+    let out = crate::e2e::binary(root, crate::e2e::SERVER, dir)
+        .args(args)
+        .output()
+        .map_err(io("pvedeck admin command"))?;
+    if !out.status.success() {
+        return Err(Failed(format!(
+            "pvedeck {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+const BENCH_ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef";
+
+/// What ownership costs the list: the same cluster read by anyone on an
+/// open server, then by a user (their own VMs) and an admin (every VM,
+/// with owners) once there are users.
+fn tenancy_overhead(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = [("PVE_BACKEND", "sim"), ("SIM_PVESH_MS", PVESH_MS)];
+    let (secs, clients) = (10, 8);
+    let open = {
+        let (_server, addr) = start(root, dir, &env)?;
+        get(&addr, "/api/vm/list")?;
+        wrk(&addr, "/api/vm/list", clients, secs)?
+    };
+    admin_command(root, dir, &["user", "add", "alice"])?;
+    let token = admin_command(root, dir, &["token", "create", "alice"])?;
+    let token = token.trim();
+    for vmid in ["101", "102", "103"] {
+        admin_command(root, dir, &["vm", "assign", vmid, "alice"])?;
+    }
+    let mut with_users = env.to_vec();
+    with_users.push(("API_TOKENS", BENCH_ADMIN_TOKEN));
+    let (_server, addr) = start(root, dir, &with_users)?;
+    let user = wrk_as(&addr, "/api/vm/list", clients, secs, Some(token))?;
+    let admin = wrk_as(
+        &addr,
+        "/api/vm/list",
+        clients,
+        secs,
+        Some(BENCH_ADMIN_TOKEN),
+    )?;
+    let shown = |what: &str, load: &Load| {
+        format!(
+            "{what}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms ({:+.2} ms p99 against the open server)",
+            load.rps,
+            load.p50_ms,
+            load.p99_ms,
+            load.p99_ms - open.p99_ms
+        )
+    };
+    figure(
+        figures,
+        format!("`/api/vm/list`, {clients} clients, no sign-in"),
+        format!(
+            "{:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
+            open.rps, open.p50_ms, open.p99_ms
+        ),
+    );
+    figure(
+        figures,
+        format!("`/api/vm/list`, {clients} clients, a user's token (3 VMs theirs)"),
+        shown("user", &user),
+    );
+    figure(
+        figures,
+        format!("`/api/vm/list`, {clients} clients, an admin token (every VM, owners shown)"),
+        shown("admin", &admin),
+    );
+    Ok(())
+}
+
+/// A header of a response head.
+fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_string())
+    })
+}
+
+/// `http://host:port/path?query` split into `host:port` and `/path?query`.
+fn split_url(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let slash = rest.find('/').unwrap_or(rest.len());
+    let path = if slash == rest.len() {
+        "/"
+    } else {
+        &rest[slash..]
+    };
+    Some((rest[..slash].to_string(), path.to_string()))
+}
+
+/// A sign-in from `/auth/login` to the session cookie, through the test
+/// provider (which signs alice in without a form): its wall time.
+fn one_sign_in(addr: &str) -> Result<Duration, Failed> {
+    let started = Instant::now();
+    let redirect = |res: &Response, what: &str| {
+        header_of(&res.head, "location").ok_or_else(|| {
+            Failed(format!(
+                "{what} answered {} without a redirect: {}",
+                res.status, res.body
+            ))
+        })
+    };
+    let to_provider = redirect(&get(addr, "/auth/login?next=/")?, "/auth/login")?;
+    let (provider, path) =
+        split_url(&to_provider).ok_or_else(|| Failed(format!("provider URL {to_provider}")))?;
+    let back = redirect(&get(&provider, &path)?, "the provider")?;
+    let (_, callback) = split_url(&back).ok_or_else(|| Failed(format!("callback URL {back}")))?;
+    let done = get(addr, &callback)?;
+    let cookie = header_of(&done.head, "set-cookie").unwrap_or_default();
+    if !cookie.starts_with("pvedeck_session=") {
+        return Err(Failed(format!(
+            "the callback opened no session ({}): {}",
+            done.status, done.body
+        )));
+    }
+    Ok(started.elapsed())
+}
+
+/// Sign-in round trips against the test OpenID provider
+/// (`end2end/oidc/provider.mjs`, run with Node): the first (discovery and
+/// keys read), then warm ones.
+fn sign_in(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    crate::setup::test_tools(root)?;
+    let port = crate::e2e::closed_port()?;
+    let secret = "bench-client-secret";
+    let mut provider = Command::new("node")
+        .arg(root.join("end2end/oidc/provider.mjs"))
+        .args([
+            "--port",
+            "0",
+            "--client-id",
+            "pvedeck",
+            "--client-secret",
+            secret,
+        ])
+        .args([
+            "--redirect",
+            &format!("http://127.0.0.1:{port}/auth/callback"),
+        ])
+        .args(["--auto-login", "alice"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(io("node end2end/oidc/provider.mjs"))?;
+    let mut first = String::new();
+    if let Some(out) = provider.stdout.as_mut() {
+        let mut byte = [0u8; 1];
+        while out.read(&mut byte).map_err(io("provider output"))? == 1 && byte[0] != b'\n' {
+            first.push(byte[0] as char);
+        }
+    }
+    let _provider = Server(provider);
+    let issuer = first
+        .split('"')
+        .find(|part| part.starts_with("http://"))
+        .ok_or_else(|| Failed(format!("the provider printed no issuer: {first}")))?
+        .to_string();
+    let public = format!("http://127.0.0.1:{port}");
+    let port = port.to_string();
+    let env = [
+        ("PVE_BACKEND", "sim"),
+        ("PORT", port.as_str()),
+        ("PUBLIC_URL", public.as_str()),
+        ("OIDC_ISSUER", issuer.as_str()),
+        ("OIDC_CLIENT_ID", "pvedeck"),
+        ("OIDC_CLIENT_SECRET", secret),
+    ];
+    let (_server, addr) = start(root, dir, &env)?;
+    let cold = one_sign_in(&addr)?;
+    let mut warm: Vec<Duration> = (0..50)
+        .map(|_| one_sign_in(&addr))
+        .collect::<Result<_, _>>()?;
+    warm.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    figure(
+        figures,
+        "sign-in round trip (OpenID Connect, test provider, loopback)",
+        format!(
+            "first {:.1} ms (discovery and keys read); then median {:.1} ms, p95 {:.1} ms, max {:.1} ms over {}",
+            ms(cold),
+            ms(warm[warm.len() / 2]),
+            ms(warm[warm.len() * 95 / 100]),
+            ms(warm[warm.len() - 1]),
+            warm.len()
+        ),
     );
     Ok(())
 }

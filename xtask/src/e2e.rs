@@ -42,7 +42,13 @@ pub fn run(root: &Path) -> Result<(), Failed> {
         ];
         let (server, url) = start_server(root, &out, &env)?;
         println!("    server at {url}, log in target/e2e/server.log");
-        let result = status(&mut browser_tests(root, &url, &out));
+        let mut tests = browser_tests(root, &url, &out);
+        // The sign-in suite starts a server of its own, with an OpenID
+        // provider: once is enough, here.
+        tests
+            .env("PVEDECK_BIN", root.join(SERVER))
+            .env("LEPTOS_SITE_ROOT", root.join("target/site"));
+        let result = status(&mut tests);
         drop(server);
         result?;
         if std::env::var_os("UPDATE_DOCS").is_some() {

@@ -6,3 +6,4 @@ pub mod options;
 pub mod timeline;
 pub mod vm_actions;
 pub mod vm_table;
+pub mod whoami;

@@ -47,7 +47,7 @@ fn Step(step: StepView) -> impl IntoView {
             {(lines > 0).then(|| view! {
                 <details class="step-output">
                     <summary>{format!("output ({lines} lines)")}</summary>
-                    <pre>{step.output.join("\n")}</pre>
+                    <pre tabindex="0" aria-label=format!("output of {}", step.name)>{step.output.join("\n")}</pre>
                 </details>
             })}
         </li>

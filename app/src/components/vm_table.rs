@@ -58,7 +58,7 @@ pub fn VmTable(
                     {choice(ListFilter::Stopped, "Stopped")}
                 </div>
             </div>
-            <div class="table-wrap">
+            <div class="table-wrap" tabindex="0" role="region" aria-label="Virtual machines">
                 <table class="vm-table">
                     <thead>
                         <tr>
@@ -84,7 +84,10 @@ pub fn VmTable(
                                         view! { <a href=format!("/vm/{}", vm.vmid)>{vm.vmid}</a> }.into_any()
                                     }}
                                 </td>
-                                <td>{vm.name.clone()}</td>
+                                <td>
+                                    {vm.name.clone()}
+                                    {vm.owner.clone().map(|o| view! { <span class="owner-tag" title="owner">{o}</span> })}
+                                </td>
                                 <td>{vm.os.clone()}</td>
                                 <td>{vm.node.clone()}</td>
                                 <td><span class=format!("badge state-{}", vm.status)>{state_label(&vm)}</span></td>

@@ -44,7 +44,7 @@ fn LiveJobs(initial: Result<Vec<Job>, UiError>) -> impl IntoView {
     let rows = move || jobs.get().unwrap_or_default();
     view! {
         {move || jobs.get().err().map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
-        <div class="table-wrap">
+        <div class="table-wrap" tabindex="0" role="region" aria-label="Jobs">
             <table class="jobs-table">
                 <thead>
                     <tr>

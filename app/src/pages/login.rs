@@ -1,40 +1,92 @@
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+use pvedeck_domain::account::Me;
 
-use crate::api::{login, logout, needs_login};
+use crate::api::{get_me, login};
 
-/// `/login`: when `API_TOKENS` is set, a token opens a session for the UI.
+/// Where a sign-in goes back to: a page of this server.
+fn local(next: Option<String>) -> String {
+    next.filter(|n| n.starts_with('/') && !n.starts_with("//"))
+        .unwrap_or_else(|| "/".to_string())
+}
+
+/// `/login`: the OpenID Connect provider's button where one is configured,
+/// and a token form (one of `API_TOKENS`, or a personal token).
 #[component]
 pub fn Login() -> impl IntoView {
+    let next = local(use_query_map().read_untracked().get("next"));
     view! {
-        <h1>"Log in"</h1>
+        <h1>"Sign in"</h1>
         <Suspense fallback=|| ()>
             {Suspend::new(async move {
-                match needs_login().await {
-                    Ok(false) => view! { <p>"This server needs no login: it has no API_TOKENS."</p> }.into_any(),
-                    _ => view! { <LoginForm/> }.into_any(),
-                }
+                let me = get_me().await.and_then(|a| a).unwrap_or_default();
+                view! { <Ways me next=next.clone()/> }
             })}
         </Suspense>
     }
 }
 
+#[component]
+fn Ways(me: Me, next: String) -> impl IntoView {
+    if !me.sign_in {
+        return view! { <p>"This server needs no sign-in: it has no API_TOKENS, users or OpenID provider."</p> }
+            .into_any();
+    }
+    let signed = me
+        .principal
+        .map(|p| view! { <p class="note note-ok">{format!("Signed in as {} ({}).", p.name, p.role.as_str())}</p> });
+    let provider = me.oidc.then(|| {
+        let href = format!(
+            "/auth/login?next={}",
+            js_free_encode(&next)
+        );
+        view! {
+            <p><a class="button primary oidc-sign-in" href=href>"Sign in with OpenID Connect"</a></p>
+        }
+    });
+    view! {
+        {signed}
+        {provider}
+        <LoginForm next/>
+    }
+    .into_any()
+}
+
+/// Percent-encodes a path for a query value (the few characters a path
+/// may hold that a query value may not).
+fn js_free_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 #[island(lazy)]
-fn LoginForm() -> impl IntoView {
+fn LoginForm(next: String) -> impl IntoView {
     let token = RwSignal::new(String::new());
     let message = RwSignal::new(None::<(bool, String)>);
+    let next = StoredValue::new(next);
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let value = token.get();
         leptos::task::spawn_local(async move {
-            message.set(Some(match login(value).await.and_then(|a| a) {
-                Ok(()) => (
-                    true,
-                    "Logged in: this browser may now change the cluster.".to_string(),
-                ),
-                Err(e) => (false, e.message),
-            }));
+            match login(value).await.and_then(|a| a) {
+                Ok(()) => {
+                    message.set(Some((true, "Signed in.".to_string())));
+                    #[cfg(feature = "hydrate")]
+                    {
+                        let _ = window().location().assign(&next.get_value());
+                    }
+                }
+                Err(e) => message.set(Some((false, e.message))),
+            }
         });
     };
+    let _ = next;
     view! {
         <form class="vm-form" on:submit=submit>
             <div class="field">
@@ -42,19 +94,26 @@ fn LoginForm() -> impl IntoView {
                 <input id="token" type="password" autocomplete="current-password"
                     prop:value=move || token.get()
                     on:input=move |ev| token.set(event_target_value(&ev))/>
+                <p class="hint">"One of API_TOKENS, or a personal token from your account page."</p>
             </div>
-            <button type="submit" class="primary">"Log in"</button>
-            <button type="button" on:click=move |_| {
-                leptos::task::spawn_local(async move {
-                    message.set(Some(match logout().await.and_then(|a| a) {
-                        Ok(()) => (true, "Logged out.".to_string()),
-                        Err(e) => (false, e.message),
-                    }));
-                });
-            }>"Log out"</button>
+            <button type="submit" class="primary">"Sign in with a token"</button>
         </form>
         {move || message.get().map(|(ok, text)| view! {
             <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
         })}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sign_in_returns_to_a_local_page_only() {
+        assert_eq!(local(Some("/vm/101".into())), "/vm/101");
+        assert_eq!(local(Some("//evil.example".into())), "/");
+        assert_eq!(local(Some("https://evil.example".into())), "/");
+        assert_eq!(local(None), "/");
+        assert_eq!(js_free_encode("/vm/101?x=1"), "%2Fvm%2F101%3Fx%3D1");
     }
 }

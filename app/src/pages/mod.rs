@@ -1,3 +1,5 @@
+pub mod account;
+pub mod audit;
 pub mod jobs;
 pub mod login;
 pub mod new_vm;
@@ -5,4 +7,5 @@ pub mod node;
 pub mod not_found;
 pub mod overview;
 pub mod templates;
+pub mod users;
 pub mod vm;

@@ -2,12 +2,13 @@ use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
+use pvedeck_domain::account::{Allowance, Usage};
 use pvedeck_domain::os::Os;
 use pvedeck_domain::request::{self, Field as Sent, InstallBody, Refusal, Version};
 use pvedeck_domain::rules::{self, Clamp, messages};
 use pvedeck_domain::types::Catalog;
 
-use crate::api::{get_catalog, start_install};
+use crate::api::{get_catalog, get_me, start_install};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobView;
@@ -75,8 +76,9 @@ pub fn NewVm() -> impl IntoView {
             None => Either::Right(view! {
                 <Suspense fallback=|| view! { <p class="loading">"Reading what the cluster offers…"</p> }>
                     {Suspend::new(async move {
+                        let allowance = get_me().await.and_then(|a| a).ok().and_then(|me| me.allowance);
                         match get_catalog().await.and_then(|a| a) {
-                            Ok(catalog) => Either::Left(view! { <Form catalog/> }),
+                            Ok(catalog) => Either::Left(view! { <Form catalog allowance/> }),
                             Err(e) => Either::Right(view! { <p class="error" role="alert">{e.message}</p> }),
                         }
                     })}
@@ -86,8 +88,23 @@ pub fn NewVm() -> impl IntoView {
     }
 }
 
+/// What an install of these sizes takes from a quota (what the server
+/// will count; a size it would refuse counts as nothing here).
+fn ask(cpu: &str, ram: &str, disk: &str) -> Usage {
+    let number = |typed: &str, default: u64| match typed.trim() {
+        "" | "0" => default,
+        n => n.parse().unwrap_or(0),
+    };
+    Usage {
+        vms: 1,
+        cores: number(cpu, rules::DEFAULT_CPU.unsigned_abs()),
+        memory_mib: number(ram, rules::DEFAULT_RAM_MB.unsigned_abs()),
+        disk_gib: number(disk, rules::DEFAULT_DISK_GB),
+    }
+}
+
 #[island(lazy)]
-fn Form(catalog: Catalog) -> impl IntoView {
+fn Form(catalog: Catalog, allowance: Option<Allowance>) -> impl IntoView {
     let limits = catalog.limits;
     let oses = StoredValue::new(catalog.oses.clone());
     let first = catalog.oses.first().cloned();
@@ -172,10 +189,20 @@ fn Form(catalog: Catalog) -> impl IntoView {
         .any(|e| e.get().is_some())
     };
 
+    let usage = allowance.map(|a| a.used.against(a.quota));
+    let past_quota = move || {
+        let a = allowance?;
+        a.used
+            .exceeds(ask(&cpu.get(), &ram.get(), &disk.get()), a.quota)
+    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         if invalid() || sending.get() {
             server_error.set(Some("Fix the fields marked above first.".to_string()));
+            return;
+        }
+        if let Some(refusal) = past_quota() {
+            server_error.set(Some(format!("Past your quota: {refusal}")));
             return;
         }
         let password = passwd.get();
@@ -220,6 +247,7 @@ fn Form(catalog: Catalog) -> impl IntoView {
         None => "MB, at least 512",
     };
     view! {
+        {usage.map(|u| view! { <p class="note usage" data-usage="quota">{format!("Your quota: {u}.")}</p> })}
         <form class="vm-form" on:submit=submit novalidate>
             <fieldset>
                 <legend>"System"</legend>
@@ -274,7 +302,7 @@ fn Form(catalog: Catalog) -> impl IntoView {
                 <button type="submit" class="primary" disabled=move || sending.get()>
                     {move || if sending.get() { "Starting…" } else { "Create VM" }}
                 </button>
-                <p class="form-error" role="alert">{move || server_error.get()}</p>
+                <p class="form-error" role="alert">{move || server_error.get().or_else(|| past_quota().map(|r| format!("Past your quota: {r}")))}</p>
             </div>
         </form>
     }

@@ -1,6 +1,5 @@
 use leptos::either::Either;
 use leptos::prelude::*;
-use leptos_meta::Meta;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use pvedeck_domain::types::Timeframe;
 
@@ -31,11 +30,12 @@ pub fn NodePage() -> impl IntoView {
             view! { <a href=href aria-current=current>{t.as_str()}</a> }
         })
         .collect_view();
+    // A reload is asked for, not timed (WCAG 2.2.1: a page that reloads by
+    // itself loses the reader's place); Proxmox adds a row a minute at most.
+    let reload = format!("/node/{node}?tf={}", timeframe.as_str());
     view! {
-        // Proxmox adds a row a minute at most.
-        <Meta http_equiv="refresh" content="60"/>
         <h1>"Node " {node.clone()}</h1>
-        <nav class="timeframes" aria-label="timeframe">{links}</nav>
+        <nav class="timeframes" aria-label="timeframe">{links}<a href=reload class="reload">"Reload"</a></nav>
         <Suspense fallback=|| view! { <p class="loading">"Reading the node's history…"</p> }>
             {Suspend::new(async move {
                 match get_node_charts(node, timeframe).await.and_then(|a| a) {

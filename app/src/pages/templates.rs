@@ -147,7 +147,7 @@ fn LiveTemplates(initial: Result<TemplatesPage, UiError>) -> impl IntoView {
     view! {
         {move || page.get().err().map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
         <OutcomeNote outcome/>
-        <div class="table-wrap">
+        <div class="table-wrap" tabindex="0" role="region" aria-label="Templates">
             <table class="jobs-table templates-table">
                 <thead>
                     <tr>

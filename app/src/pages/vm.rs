@@ -5,7 +5,7 @@ use pvedeck_domain::format::num;
 use pvedeck_domain::request::{Body, Field as Sent, SetCpu, SetDisk, SetMemory, SetNode};
 use pvedeck_domain::types::{Resize, VmDetail};
 
-use crate::api::{get_vm, migrate_vm, resize_vm};
+use crate::api::{assign_vm, get_me, get_vm, migrate_vm, resize_vm};
 use crate::components::field::Field;
 use crate::components::options::options;
 use crate::components::timeline::JobPanel;
@@ -47,7 +47,12 @@ pub fn VmPage() -> impl IntoView {
                 match vmid {
                     Some(vmid) => {
                         let initial = get_vm(vmid).await.and_then(|a| a);
-                        Either::Left(view! { <LiveVm vmid initial/> })
+                        let admin = get_me().await.and_then(|a| a).is_ok_and(|me| me.is_admin() && me.sign_in);
+                        let owner = initial.as_ref().ok().map(|d| d.vm.owner.clone());
+                        Either::Left(view! {
+                            <LiveVm vmid initial/>
+                            {owner.map(|owner| view! { <Ownership vmid owner admin/> })}
+                        })
                     }
                     None => Either::Right(view! {
                         <h1>"VM"</h1>
@@ -272,5 +277,50 @@ fn VmInfo(
                 </tbody>
             </table>
         </details>
+    }
+}
+
+/// Whose the VM is; an admin may give it to a user, or back to the admins.
+#[island(lazy)]
+fn Ownership(vmid: u32, owner: Option<String>, admin: bool) -> impl IntoView {
+    let owner = RwSignal::new(owner);
+    let typed = RwSignal::new(String::new());
+    let message = RwSignal::new(None::<(bool, String)>);
+    let assign = move |user: Option<String>| {
+        leptos::task::spawn_local(async move {
+            match assign_vm(vmid, user.clone()).await.and_then(|a| a) {
+                Ok(()) => {
+                    let to = user.clone().unwrap_or_else(|| "the admins".to_string());
+                    owner.set(user);
+                    message.set(Some((true, format!("VM {vmid} is now {to}'s."))));
+                }
+                Err(e) => message.set(Some((false, e.message))),
+            }
+        });
+    };
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let user = typed.get().trim().to_string();
+        assign((!user.is_empty()).then_some(user));
+    };
+    view! {
+        <section class="ownership" aria-labelledby="owner-heading">
+            <h2 id="owner-heading">"Owner"</h2>
+            <p class="owner">{move || owner.get().unwrap_or_else(|| "the admins (no owner)".to_string())}</p>
+            {admin.then(|| view! {
+                <form class="inline-form" on:submit=submit>
+                    <div class="field">
+                        <label for="assign-user">"Give to user"</label>
+                        <input id="assign-user" type="text" prop:value=move || typed.get()
+                            on:input=move |ev| typed.set(event_target_value(&ev))/>
+                    </div>
+                    <button type="submit">"Assign"</button>
+                    <button type="button" on:click=move |_| assign(None)>"Give back to the admins"</button>
+                </form>
+            })}
+            {move || message.get().map(|(ok, text)| view! {
+                <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
+            })}
+        </section>
     }
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod allow;
+pub mod oidc;
 pub mod pve_api;
 pub mod reference;
 pub mod sites;
@@ -203,6 +204,15 @@ pub struct Config {
     pub max_pve_commands: usize,
     /// `SESSION_TTL` (seconds): how long a UI login lasts.
     pub session_ttl: Duration,
+    /// `QUOTA_DEFAULT` over pvedeck's own: what a user may hold, every
+    /// measure set.
+    pub quota_default: pvedeck_domain::account::Quota,
+    /// `QUOTA_GROUP_<name>`, by group name, over `quota_default`.
+    pub quota_groups: BTreeMap<String, pvedeck_domain::account::Quota>,
+    /// `AUDIT_KEEP_DAYS`: audit entries older than this go.
+    pub audit_keep_days: u32,
+    /// `OIDC_*`: sign-in through an OpenID Connect provider.
+    pub oidc: Option<oidc::OidcSettings>,
     /// `SHUTDOWN_GRACE_SECS`: how long running jobs may go on after a
     /// SIGTERM before they are interrupted (with their cleanup).
     pub shutdown_grace: Duration,
@@ -680,6 +690,9 @@ impl<'a> Vars<'a> {
         );
         let shutdown_grace =
             Duration::from_secs(self.int_in("SHUTDOWN_GRACE_SECS", 0, 86_400)?.unwrap_or(60));
+        let (quota_default, quota_groups) = self.quotas()?;
+        let audit_keep_days = self.u32_in("AUDIT_KEEP_DAYS", 1, 36_500)?.unwrap_or(365);
+        let oidc = self.oidc()?;
         let manage = self
             .parse_with(
                 "MANAGE",
@@ -745,6 +758,10 @@ impl<'a> Vars<'a> {
             image_fetch,
             sites,
             session_ttl,
+            quota_default,
+            quota_groups,
+            audit_keep_days,
+            oidc,
             shutdown_grace,
             job_limits,
             image_max_bytes,
@@ -871,6 +888,127 @@ impl<'a> Vars<'a> {
             token: Secret::new(token),
             trust,
         })
+    }
+
+    /// `OIDC_*`: all of issuer and client id, or none of the settings.
+    fn oidc(&self) -> Result<Option<oidc::OidcSettings>, ConfigError> {
+        let issuer = self.get("OIDC_ISSUER");
+        let client_id = self.get("OIDC_CLIENT_ID");
+        let secret = self.get("OIDC_CLIENT_SECRET");
+        let secret_file = self.get("OIDC_CLIENT_SECRET_FILE");
+        let groups_claim = self.get("OIDC_GROUPS_CLAIM");
+        let admin_groups = self.get("OIDC_ADMIN_GROUPS");
+        let (issuer, client_id) = match (issuer, client_id) {
+            (None, None) => {
+                let stray = [
+                    ("OIDC_CLIENT_SECRET", secret),
+                    ("OIDC_CLIENT_SECRET_FILE", secret_file),
+                    ("OIDC_GROUPS_CLAIM", groups_claim),
+                    ("OIDC_ADMIN_GROUPS", admin_groups),
+                ]
+                .into_iter()
+                .find(|(_, v)| v.is_some());
+                return match stray {
+                    None => Ok(None),
+                    Some((var, _)) => Err(ConfigError::Missing {
+                        var: "OIDC_ISSUER".to_string(),
+                        why: format!("{var} is set, which is for OpenID Connect sign-in"),
+                    }),
+                };
+            }
+            (Some(issuer), Some(id)) => (issuer, id),
+            (None, Some(_)) => {
+                return Err(ConfigError::Missing {
+                    var: "OIDC_ISSUER".to_string(),
+                    why: "OIDC_CLIENT_ID is set".to_string(),
+                });
+            }
+            (Some(_), None) => {
+                return Err(ConfigError::Missing {
+                    var: "OIDC_CLIENT_ID".to_string(),
+                    why: "OIDC_ISSUER is set".to_string(),
+                });
+            }
+        };
+        let issuer = issuer.trim_end_matches('/');
+        let url_ok = issuer
+            .strip_prefix("https://")
+            .or_else(|| issuer.strip_prefix("http://"))
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace));
+        if !url_ok {
+            return Err(invalid("OIDC_ISSUER", issuer, "is not an http(s) URL"));
+        }
+        let client_secret = match (secret, secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "OIDC_CLIENT_SECRET_FILE",
+                    "<hidden>",
+                    "goes alone: set OIDC_CLIENT_SECRET or OIDC_CLIENT_SECRET_FILE",
+                ));
+            }
+            (Some(secret), None) => Some(Secret::new(secret)),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        "OIDC_CLIENT_SECRET_FILE",
+                        path,
+                        format!("cannot be read: {e}"),
+                    )
+                })?;
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(invalid("OIDC_CLIENT_SECRET_FILE", path, "is empty"));
+                }
+                Some(Secret::new(text))
+            }
+            (None, None) => None,
+        };
+        let admin_groups = admin_groups
+            .map(|raw| {
+                raw.split([',', ' '])
+                    .map(str::trim)
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(oidc::OidcSettings {
+            issuer: issuer.to_string(),
+            client_id: client_id.to_string(),
+            client_secret,
+            groups_claim: groups_claim.unwrap_or("groups").to_string(),
+            admin_groups,
+        }))
+    }
+
+    /// `QUOTA_DEFAULT` over pvedeck's own, and each `QUOTA_GROUP_<name>`
+    /// over that.
+    fn quotas(
+        &self,
+    ) -> Result<
+        (
+            pvedeck_domain::account::Quota,
+            BTreeMap<String, pvedeck_domain::account::Quota>,
+        ),
+        ConfigError,
+    > {
+        use pvedeck_domain::account::{BUILT_IN_QUOTA, Quota, is_user_name};
+        let default = match self.get("QUOTA_DEFAULT") {
+            None => BUILT_IN_QUOTA,
+            Some(raw) => Quota::parse(raw)
+                .map_err(|why| invalid("QUOTA_DEFAULT", raw, &why))?
+                .over(BUILT_IN_QUOTA),
+        };
+        let mut groups = BTreeMap::new();
+        for (var, raw) in self.family("QUOTA_GROUP_", "QUOTA_GROUP_<name>") {
+            let group = &var["QUOTA_GROUP_".len()..];
+            if !is_user_name(group) {
+                return Err(invalid(var, raw, "names no group after QUOTA_GROUP_"));
+            }
+            let quota = Quota::parse(raw.trim()).map_err(|why| invalid(var, raw, &why))?;
+            groups.insert(group.to_string(), quota.over(default));
+        }
+        Ok((default, groups))
     }
 
     fn image_bases(&self) -> Result<BTreeMap<Os, String>, ConfigError> {

@@ -306,8 +306,9 @@ pub const SETTINGS: &[Setting] = &[
         "API_TOKENS",
         Access,
         "empty: no token needed",
-        "Comma list of tokens of at least 16 printable characters. When set, every change needs \
-         `Authorization: Bearer <token>`, and the UI a login ([Security: API tokens](security.md#api-tokens)).",
+        "Comma list of tokens of at least 16 printable characters, each an administrator. When \
+         set, every request but the sign-in and health check needs `Authorization: Bearer \
+         <token>` (or a personal token, or a UI session) ([Security: API tokens](security.md#api-tokens)).",
     ),
     s(
         "PUBLIC_URL",
@@ -342,6 +343,66 @@ pub const SETTINGS: &[Setting] = &[
         Access,
         "`43200` (12 h)",
         "How long a UI login lasts, 60–31536000 s.",
+    ),
+    s(
+        "OIDC_ISSUER",
+        Access,
+        "none",
+        "An OpenID Connect provider's issuer URL: people sign in there ([Security: signing \
+         in](security.md#signing-in)). With `OIDC_CLIENT_ID`; the redirect URI to register is \
+         `<PUBLIC_URL>/auth/callback`.",
+    ),
+    s(
+        "OIDC_CLIENT_ID",
+        Access,
+        "required with `OIDC_ISSUER`",
+        "pvedeck's client id at the provider.",
+    ),
+    s(
+        "OIDC_CLIENT_SECRET",
+        Access,
+        "none (a public client)",
+        "pvedeck's client secret at the provider, never echoed.",
+    ),
+    s(
+        "OIDC_CLIENT_SECRET_FILE",
+        Access,
+        "none",
+        "A file holding the client secret instead (a systemd credential, a mounted secret).",
+    ),
+    s(
+        "OIDC_GROUPS_CLAIM",
+        Access,
+        "`groups`",
+        "The ID token claim that lists a user's groups.",
+    ),
+    s(
+        "OIDC_ADMIN_GROUPS",
+        Access,
+        "none",
+        "Groups whose members are admins (comma or space list); the others are users.",
+    ),
+    s(
+        "QUOTA_DEFAULT",
+        Access,
+        "`vms=5,cores=16,memory=32,disk=500`",
+        "What each user may hold at once: VMs, vCPUs, memory and disk in GiB; any of the four, \
+         a number or `unlimited`, the others as the default. Admins have no quota ([Security: \
+         users, owners and quotas](security.md#users-owners-and-quotas)).",
+    ),
+    s(
+        "QUOTA_GROUP_<name>",
+        Access,
+        "none",
+        "The quota of the members of group `<name>`, as `QUOTA_DEFAULT` (which fills what it \
+         leaves out); a user in several groups has the largest of each measure, a user's own \
+         quota (`pvedeck user quota`) comes first.",
+    ),
+    s(
+        "AUDIT_KEEP_DAYS",
+        Access,
+        "`365`",
+        "Audit entries older than this many days go, 1–36500.",
     ),
     s(
         "PVE_API_URL",

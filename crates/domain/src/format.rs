@@ -36,6 +36,24 @@ mod tests {
         assert_eq!(num(99.999), "100");
         assert_eq!(width(180.0), "width: 100%");
     }
+
+    #[test]
+    fn utc_times_read_back() {
+        for ms in [0, 1_764_756_902_000, 951_782_400_000, 4_107_542_399_000] {
+            let shown = utc(ms).replace(' ', "T") + "Z";
+            assert_eq!(parse_utc(&shown), Some(ms), "{shown}");
+        }
+        assert_eq!(parse_utc("1970-01-02"), Some(86_400_000));
+        for bad in [
+            "",
+            "2026-13-01",
+            "2026-12-06T24:00:00Z",
+            "26-12-06",
+            "yesterday",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
+    }
 }
 
 /// `2026-12-03 10:15:02` (UTC) from unix milliseconds.
@@ -59,6 +77,52 @@ pub fn utc(ms: i64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// Unix milliseconds from `2026-12-03T10:15:02Z` (or with a space, or a
+/// date alone for its midnight), UTC; `None` for anything else.
+pub fn parse_utc(text: &str) -> Option<i64> {
+    let text = text.trim().trim_end_matches('Z');
+    let (date, time) = match text.split_once(['T', ' ']) {
+        Some((d, t)) => (d, t),
+        None => (text, "00:00:00"),
+    };
+    let number = |s: &str, digits: usize| -> Option<i64> {
+        (s.len() == digits && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let mut d = date.split('-');
+    let (year, month, day) = (
+        number(d.next()?, 4)?,
+        number(d.next()?, 2)?,
+        number(d.next()?, 2)?,
+    );
+    let mut t = time.split(':');
+    let (hour, minute, second) = (
+        number(t.next()?, 2)?,
+        number(t.next()?, 2)?,
+        number(t.next().unwrap_or("00"), 2)?,
+    );
+    if d.next().is_some()
+        || t.next().is_some()
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000)
 }
 
 /// How long ago, coarsely: `just now`, `5 min ago`, `3 h ago`, `12 days ago`.

@@ -3,6 +3,7 @@
 //! and how it is checked, what the answers look like, the OS table and the
 //! init scripts. No Leptos, no I/O: everything here is plain data and rules.
 
+pub mod account;
 pub mod format;
 pub mod os;
 pub mod request;

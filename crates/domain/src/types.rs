@@ -209,6 +209,10 @@ pub struct VmSummary {
     /// Set while Proxmox holds a lock on the VM (`create`, `migrate`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<String>,
+    /// The user it belongs to, where one does (shown to admins; a VM
+    /// without one is the admins').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -392,6 +396,9 @@ pub struct Job {
     pub outcome: Option<VmOutcome>,
     /// Set when the job failed: the `step` that failed.
     pub failed_step: Option<String>,
+    /// Who started it, when it was a user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A job and its whole timeline so far.
@@ -451,6 +458,8 @@ struct JobDetailFields {
     finished: Option<i64>,
     outcome: Option<VmOutcome>,
     failed_step: Option<String>,
+    #[serde(default)]
+    owner: Option<String>,
     events: Vec<JobEvent>,
 }
 
@@ -467,6 +476,7 @@ impl From<JobDetailFields> for JobDetail {
                 finished: f.finished,
                 outcome: f.outcome,
                 failed_step: f.failed_step,
+                owner: f.owner,
             },
             events: f.events,
         }
@@ -561,6 +571,7 @@ mod tests {
                 finished: Some(2),
                 outcome: Some(VmOutcome::Destroyed),
                 failed_step: Some("VM creation > creating VM".into()),
+                owner: Some("alice".into()),
             },
             events: vec![JobEvent {
                 seq: 1,
