@@ -236,8 +236,10 @@ mod tests {
         let people = People { owners, ..people };
         let ended = |_: u64| false;
         assert_eq!(ledger.usage(&before, &people, "alice", &ended).vms, 2);
-        // A later one shows it: counted once, from the snapshot.
+        // A later one shows it: counted once, from the snapshot — while
+        // the job still runs, too.
         let after = Snapshot::of(vec![vm(101, 2), vm(102, 2), vm(103, 2)]);
+        assert_eq!(ledger.usage(&after, &people, "alice", &running).vms, 2);
         assert_eq!(
             ledger.usage(&after, &people, "alice", &ended),
             Usage {

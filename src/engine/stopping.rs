@@ -139,8 +139,14 @@ impl Engine {
         title: &str,
     ) -> Result<JobHandle, EngineError> {
         self.refuse_when_stopping()?;
-        let owner = super::tenancy::current_owner();
-        Ok(self.jobs.start(kind, vmid, title, owner.as_deref())?)
+        let starting = super::tenancy::starting();
+        let job = self
+            .jobs
+            .start(kind, vmid, title, starting.owner.as_deref())?;
+        if let Some(ticket) = starting.ticket {
+            self.ledger.running_as(ticket, job.id());
+        }
+        Ok(job)
     }
 
     /// Runs a job's work on its own task; if a shutdown's grace ends

@@ -22,14 +22,30 @@ use super::snapshot::Listed;
 use super::{Engine, EngineError, Listing};
 use crate::jobs::{FollowError, Update};
 
-tokio::task_local! {
-    /// The user a job started in this scope belongs to.
-    static OWNER: Option<String>;
+/// What a job started in a scope carries: the user it belongs to, and
+/// the quota admission it runs under.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Starting {
+    pub owner: Option<String>,
+    pub ticket: Option<Ticket>,
 }
 
-/// The owner of a job started now (see [`Engine::start_job`]).
-pub(super) fn current_owner() -> Option<String> {
-    OWNER.try_with(Clone::clone).ok().flatten()
+tokio::task_local! {
+    static STARTING: Starting;
+}
+
+/// What a job started now carries (see [`Engine::start_job`]).
+pub(super) fn starting() -> Starting {
+    STARTING.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// Runs `work` with the jobs it starts carrying `owner` (and `ticket`).
+async fn as_owner<F: std::future::Future>(
+    owner: Option<String>,
+    ticket: Option<Ticket>,
+    work: F,
+) -> F::Output {
+    STARTING.scope(Starting { owner, ticket }, work).await
 }
 
 /// What the Proxmox notes of a VM a user made say, so that a fresh
@@ -347,11 +363,11 @@ impl Engine {
             };
             let ticket = self.admit(actor, ask, None, true).await?;
             let owner = Self::owner_for(actor, &self.people());
-            let started = OWNER.scope(owner, self.install(request)).await;
-            match (&started, ticket) {
-                (Ok(job), Some(t)) => self.ledger.running_as(t, *job),
-                (Err(_), Some(t)) => self.ledger.cancel(t),
-                _ => {}
+            // The job takes its admission over when it starts (before it
+            // can name its VM); a refusal before that gives it back.
+            let started = as_owner(owner, ticket, self.install(request)).await;
+            if let (Err(_), Some(t)) = (&started, ticket) {
+                self.ledger.cancel(t);
             }
             started
         }
@@ -415,7 +431,7 @@ impl Engine {
                 Command::Migrate(node) => self.migrate(vmid, node).await.map(Some),
             }
         };
-        let result = OWNER.scope(owner, run).await;
+        let result = as_owner(owner, None, run).await;
         if let Some(ticket) = ticket {
             match result {
                 Ok(_) => self.ledger.done(ticket),
@@ -472,21 +488,16 @@ impl Engine {
         };
         let result = if actor.is_admin() {
             let owner = Self::owner_for(actor, &self.people());
-            OWNER
-                .scope(owner, async {
-                    match command {
-                        TemplateCommand::Build(release) => {
-                            self.build_template(release).await.map(Some)
-                        }
-                        TemplateCommand::Rebuild(vmid) => {
-                            self.rebuild_template(vmid).await.map(Some)
-                        }
-                        TemplateCommand::Delete(vmid) => {
-                            self.delete_template(vmid).await.map(|()| None)
-                        }
+            as_owner(owner, None, async {
+                match command {
+                    TemplateCommand::Build(release) => self.build_template(release).await.map(Some),
+                    TemplateCommand::Rebuild(vmid) => self.rebuild_template(vmid).await.map(Some),
+                    TemplateCommand::Delete(vmid) => {
+                        self.delete_template(vmid).await.map(|()| None)
                     }
-                })
-                .await
+                }
+            })
+            .await
         } else {
             Err(EngineError::Forbidden(
                 "only admins build, rebuild and delete templates".to_string(),
