@@ -35,8 +35,11 @@ fn Signed(me: Me) -> impl IntoView {
     view! { <span class="account-links">{links}{person}</span> }
 }
 
-/// Ends this browser's session and goes to the sign-in page.
-#[island(lazy)]
+/// Ends this browser's session and goes to the sign-in page. Not lazy:
+/// it is on every page of a signed-in browser, and what it reaches — the
+/// server functions' client, which every island uses — is then in the
+/// main module once instead of split across many small shared modules.
+#[island]
 fn SignOut() -> impl IntoView {
     let sign_out = move |_| {
         leptos::task::spawn_local(async move {
