@@ -6,6 +6,7 @@ pub mod new_vm;
 pub mod node;
 pub mod not_found;
 pub mod overview;
+pub mod people;
 pub mod templates;
 pub mod users;
 pub mod vm;

@@ -48,11 +48,7 @@ pub fn VmPage() -> impl IntoView {
                     Some(vmid) => {
                         let initial = get_vm(vmid).await.and_then(|a| a);
                         let admin = get_me().await.and_then(|a| a).is_ok_and(|me| me.is_admin() && me.sign_in);
-                        let owner = initial.as_ref().ok().map(|d| d.vm.owner.clone());
-                        Either::Left(view! {
-                            <LiveVm vmid initial/>
-                            {owner.map(|owner| view! { <Ownership vmid owner admin/> })}
-                        })
+                        Either::Left(view! { <LiveVm vmid initial admin/> })
                     }
                     None => Either::Right(view! {
                         <h1>"VM"</h1>
@@ -66,7 +62,8 @@ pub fn VmPage() -> impl IntoView {
 
 /// The VM as the server last read it, read again after each change.
 #[island(lazy)]
-fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>) -> impl IntoView {
+fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>, admin: bool) -> impl IntoView {
+    let owner = initial.as_ref().ok().map(|d| d.vm.owner.clone());
     let detail = RwSignal::new(initial);
     let latest = Latest::default();
     let reload = Callback::new(move |()| {
@@ -106,6 +103,7 @@ fn LiveVm(vmid: u32, initial: Result<VmDetail, UiError>) -> impl IntoView {
         }}
         <OutcomeNote outcome/>
         {move || job.get().map(|id| Suspend::new(job_panel(id, reload)))}
+        {owner.map(|owner| view! { <Ownership vmid owner admin/> })}
     }
 }
 
@@ -281,7 +279,9 @@ fn VmInfo(
 }
 
 /// Whose the VM is; an admin may give it to a user, or back to the admins.
-#[island(lazy)]
+/// Part of the VM page's island (an island of its own would add a split
+/// point, and small modules, to every page's bundle).
+#[component]
 fn Ownership(vmid: u32, owner: Option<String>, admin: bool) -> impl IntoView {
     let owner = RwSignal::new(owner);
     let typed = RwSignal::new(String::new());
