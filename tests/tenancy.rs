@@ -35,6 +35,22 @@ fn user_with_token(data_dir: &std::path::Path, name: &str) -> String {
     token.trim().to_string()
 }
 
+/// Asks until `check` holds, for what a running server learns by itself:
+/// a change an admin command made to its database (read again every
+/// second), owners read back in the background. The server has no event
+/// to tell a client of either.
+async fn eventually<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 async fn get_as(url: &str, token: &str) -> (u16, String) {
     let res = reqwest::Client::new()
         .get(url)
@@ -212,18 +228,10 @@ async fn a_user_sees_and_acts_on_their_own_vms_and_jobs_only() {
     let (code, out, err) = admin(&data, &["vm", "assign", &vmid.to_string(), "bob"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("VM {vmid} assigned to bob\n"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let (_, theirs) = get_as(&format!("{url}/api/vm/list"), &bob).await;
-        if vmids(&theirs) == [vmid] {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "bob never got VM {vmid}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually(&format!("bob gets VM {vmid}"), || async {
+        vmids(&get_as(&format!("{url}/api/vm/list"), &bob).await.1) == [vmid]
+    })
+    .await;
     let (status, _) = post_as(&format!("{url}/api/vm/{vmid}/stop"), &alice, None).await;
     assert_eq!(status, 404, "no longer alice's");
 }
@@ -242,18 +250,14 @@ async fn a_fresh_database_reads_owners_back_from_the_vms_notes() {
     assert!(store.owners().unwrap().is_empty());
     drop(store);
     let server = common::server_in(&data, &[]).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let (_, mine) = get_as(&format!("{}/api/vm/list", server.url), &alice).await;
-        if vmids(&mine) == [vmid] {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "VM {vmid} never came back to alice"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually(&format!("VM {vmid} comes back to alice"), || async {
+        vmids(
+            &get_as(&format!("{}/api/vm/list", server.url), &alice)
+                .await
+                .1,
+        ) == [vmid]
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -392,14 +396,10 @@ async fn reads_need_sign_in_and_tokens_revoked_or_expired_are_refused() {
     let (code, out, err) = admin(&data, &["token", "revoke", id]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("token {id} of alice revoked\n"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while get_as(&format!("{url}/api/vm/list"), &alice).await.0 != 401 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the revoked token still works"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    eventually("the revoked token stops working", || async {
+        get_as(&format!("{url}/api/vm/list"), &alice).await.0 == 401
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -114,20 +114,32 @@ pub async fn identify(State(state): State<AppState>, mut req: Request, next: Nex
         token,
         session: session.as_deref(),
     };
+    // A change to `/api` is refused as go-pve-qemu clients know it:
+    // ALLOW_IPS first (403), then the token (401, its old message).
+    let change = api && changes_state(&method);
+    let anyone = Actor {
+        principal: None,
+        client: peer,
+    };
     let actor = match state.engine.identify(peer, credential) {
         Ok(actor) => actor,
         Err(e) if open_to_all(&path) => {
             tracing::debug!(path, "credential ignored on an open path: {e}");
-            Actor {
-                principal: None,
-                client: peer,
-            }
+            anyone
         }
         Err(e) => {
             tracing::warn!(path, "refused: {e}");
-            return ApiError::from(e).into_response();
+            let refusal = match change {
+                true => state.engine.authorize_change(&anyone).err().unwrap_or(e),
+                false => e,
+            };
+            return ApiError::from(refusal).into_response();
         }
     };
+    if change && let Err(e) = state.engine.authorize_change(&actor) {
+        tracing::warn!(path, "refused: {e}");
+        return ApiError::from(e).into_response();
+    }
     if actor.principal.is_none() && state.engine.sign_in_configured() && !open_to_all(&path) {
         if is_page(&method, &path) {
             let next = req
@@ -154,15 +166,9 @@ pub async fn identify(State(state): State<AppState>, mut req: Request, next: Nex
         .into_response();
     }
     // The counters and the simulator's controls are the whole server's.
-    if (path == "/metrics" || path.starts_with("/api/sim/")) && !actor.is_admin() {
-        return ApiError::new(StatusCode::FORBIDDEN, format!("{path} is for admins"))
-            .into_response();
-    }
-    if api
-        && changes_state(&method)
-        && let Err(e) = state.engine.authorize_change(&actor)
+    if (path == "/metrics" || path.starts_with("/api/sim/"))
+        && let Err(e) = crate::engine::tenancy::admins_only(&actor, &path)
     {
-        tracing::warn!(path, "refused: {e}");
         return ApiError::from(e).into_response();
     }
     req.extensions_mut().insert(app::backend::Caller {

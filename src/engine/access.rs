@@ -38,8 +38,14 @@ fn unauthorized(why: &str) -> EngineError {
     EngineError::Unauthorized(why.to_string())
 }
 
-const SIGN_IN: &str =
-    "sign in, or send 'Authorization: Bearer <token>' (a token of API_TOKENS or a personal one)";
+/// A bearer token that is none of `API_TOKENS` and no personal token.
+const NO_VALID_TOKEN: &str =
+    "that token is not valid: it is not one of API_TOKENS or a personal token";
+
+/// A change without a valid token: go-pve-qemu's clients have known this
+/// message since `API_TOKENS` came; it stays.
+const TOKEN_REQUIRED: &str =
+    "a valid 'Authorization: Bearer <token>' header (or a UI login) is required (API_TOKENS)";
 
 impl Engine {
     /// Whether anything needs signing in: `API_TOKENS`, an OpenID
@@ -83,9 +89,7 @@ impl Engine {
         let people = self.directory.people();
         let hash = accounts::token_hash(token);
         let Some(info) = people.tokens.get(&hash) else {
-            return Err(unauthorized(
-                "that token is not valid: it is not one of API_TOKENS or a personal token",
-            ));
+            return Err(unauthorized(NO_VALID_TOKEN));
         };
         let now = pvedeck_support::clock::now_ms();
         if info.expires.is_some_and(|end| end <= now) {
@@ -138,9 +142,7 @@ impl Engine {
             )));
         }
         if self.sign_in_configured() && actor.principal.is_none() {
-            return Err(unauthorized(&format!(
-                "a valid 'Authorization: Bearer <token>' header (or a UI login) is required: {SIGN_IN}"
-            )));
+            return Err(unauthorized(TOKEN_REQUIRED));
         }
         Ok(())
     }

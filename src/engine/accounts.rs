@@ -155,18 +155,21 @@ pub fn set_quota(
     Ok(())
 }
 
-/// SHA-256 of a token, hex: what the database keeps.
-pub fn token_hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn random_hex(bytes: usize) -> Result<String, AccountError> {
+/// SHA-256 of a token, hex: what the database keeps.
+pub fn token_hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// `bytes` bytes of the operating system's randomness, as hex: session
+/// ids and personal tokens.
+pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
     let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).map_err(|e| AccountError::Random(e.to_string()))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    getrandom::fill(&mut buf)?;
+    Ok(hex(&buf))
 }
 
 /// A new personal token for `user`: the token itself (shown once, never
@@ -193,8 +196,11 @@ pub fn create_token(
             "a token expires after 1 day or more".to_string(),
         ));
     }
-    let id = random_hex(4)?;
-    let token = format!("{TOKEN_PREFIX}{id}_{}", random_hex(32)?);
+    let id = random_hex(4).map_err(|e| AccountError::Random(e.to_string()))?;
+    let token = format!(
+        "{TOKEN_PREFIX}{id}_{}",
+        random_hex(32).map_err(|e| AccountError::Random(e.to_string()))?
+    );
     let info = TokenInfo {
         id: id.clone(),
         user: user.to_string(),

@@ -10,6 +10,7 @@ use pvedeck_support::clock::now_ms;
 
 use super::accounts::{self, AccountError, By};
 use super::quota::quota_of;
+use super::tenancy::admins_only;
 use super::{Actor, Engine, EngineError};
 use crate::store::Store;
 
@@ -31,14 +32,6 @@ fn by(actor: &Actor) -> By {
     By {
         user: actor.name().to_string(),
         client: actor.client.map(|ip| ip.to_string()),
-    }
-}
-
-fn admins_only(actor: &Actor, what: &str) -> Result<(), EngineError> {
-    if actor.is_admin() {
-        Ok(())
-    } else {
-        Err(EngineError::Forbidden(format!("{what} is for admins")))
     }
 }
 

@@ -95,9 +95,8 @@ impl Sessions {
         now: Instant,
         subject: Subject,
     ) -> Result<String, SessionError> {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| SessionError::Random(e.to_string()))?;
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let id =
+            super::accounts::random_hex(32).map_err(|e| SessionError::Random(e.to_string()))?;
         if let Some(ip) = ip {
             lock(&self.failures).remove(&ip);
         }

@@ -54,15 +54,15 @@ pub fn owner_notes(owner: &str) -> String {
     format!("pvedeck-owner: {owner}")
 }
 
-/// The owner a VM's notes name, if any.
+/// The owner a VM's notes name, if any. Proxmox answers the notes as they
+/// were set: it encodes them into the configuration file's comment lines
+/// and decodes them when it reads the file (qemu-server
+/// `PVE/QemuServer.pm`, `encode_text`/`decode_text`).
 pub fn owner_in_notes(notes: &str) -> Option<String> {
     notes
         .lines()
-        .map(|line| line.trim().replace("%3A", ":").replace("%20", " "))
-        .find_map(|line| {
-            line.strip_prefix("pvedeck-owner:")
-                .map(|o| o.trim().to_string())
-        })
+        .find_map(|line| line.trim().strip_prefix("pvedeck-owner:"))
+        .map(|owner| owner.trim().to_string())
         .filter(|o| pvedeck_domain::account::is_user_name(o))
 }
 
@@ -145,6 +145,16 @@ fn outcome<T>(result: &Result<T, EngineError>, job: impl Fn(&T) -> Option<u64>) 
     match result {
         Ok(value) => job(value).map_or_else(|| "ok".to_string(), |id| format!("job {id}")),
         Err(e) => format!("refused: {e}"),
+    }
+}
+
+/// 403 for a user: `what` is the whole server's (the counters, the
+/// simulator's controls, the users, the audit log, the templates' changes).
+pub fn admins_only(actor: &Actor, what: &str) -> Result<(), EngineError> {
+    if actor.is_admin() {
+        Ok(())
+    } else {
+        Err(EngineError::Forbidden(format!("{what} is for admins")))
     }
 }
 
@@ -486,22 +496,25 @@ impl Engine {
                 ("template delete", Some(format!("vm {vmid}")), String::new())
             }
         };
-        let result = if actor.is_admin() {
-            let owner = Self::owner_for(actor, &self.people());
-            as_owner(owner, None, async {
-                match command {
-                    TemplateCommand::Build(release) => self.build_template(release).await.map(Some),
-                    TemplateCommand::Rebuild(vmid) => self.rebuild_template(vmid).await.map(Some),
-                    TemplateCommand::Delete(vmid) => {
-                        self.delete_template(vmid).await.map(|()| None)
+        let result = match admins_only(actor, "building, rebuilding and deleting templates") {
+            Err(refused) => Err(refused),
+            Ok(()) => {
+                let owner = Self::owner_for(actor, &self.people());
+                as_owner(owner, None, async {
+                    match command {
+                        TemplateCommand::Build(release) => {
+                            self.build_template(release).await.map(Some)
+                        }
+                        TemplateCommand::Rebuild(vmid) => {
+                            self.rebuild_template(vmid).await.map(Some)
+                        }
+                        TemplateCommand::Delete(vmid) => {
+                            self.delete_template(vmid).await.map(|()| None)
+                        }
                     }
-                }
-            })
-            .await
-        } else {
-            Err(EngineError::Forbidden(
-                "only admins build, rebuild and delete templates".to_string(),
-            ))
+                })
+                .await
+            }
         };
         self.audit(actor, action, target, summary, outcome(&result, |j| *j))
             .await;
@@ -592,11 +605,7 @@ impl Engine {
         actor: &Actor,
         query: crate::store::AuditQuery,
     ) -> Result<Vec<AuditEntry>, EngineError> {
-        if !actor.is_admin() {
-            return Err(EngineError::Forbidden(
-                "the audit log is for admins".to_string(),
-            ));
-        }
+        admins_only(actor, "the audit log")?;
         let store = self.directory.store().clone();
         tokio::task::spawn_blocking(move || store.audit(&query))
             .await
@@ -679,10 +688,6 @@ mod tests {
         assert_eq!(
             owner_in_notes("made by pvedeck\npvedeck-owner: alice\n").as_deref(),
             Some("alice")
-        );
-        assert_eq!(
-            owner_in_notes("pvedeck-owner%3A bob").as_deref(),
-            Some("bob")
         );
         assert_eq!(owner_in_notes("pvedeck-owner: a b"), None);
         assert_eq!(owner_in_notes("owner: alice"), None);

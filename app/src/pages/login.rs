@@ -1,13 +1,14 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use pvedeck_domain::account::Me;
+use pvedeck_domain::rules::local_path;
 
 use crate::api::{get_me, login};
+use crate::components::said::Said;
 
 /// Where a sign-in goes back to: a page of this server.
 fn local(next: Option<String>) -> String {
-    next.filter(|n| n.starts_with('/') && !n.starts_with("//"))
-        .unwrap_or_else(|| "/".to_string())
+    next.as_deref().map_or("/", local_path).to_string()
 }
 
 /// `/login`: the OpenID Connect provider's button where one is configured,
@@ -38,7 +39,7 @@ fn Ways(me: Me, next: String) -> impl IntoView {
     let provider = me.oidc.then(|| {
         let href = format!(
             "/auth/login?next={}",
-            js_free_encode(&next)
+            percent_encoding::utf8_percent_encode(&next, percent_encoding::NON_ALPHANUMERIC)
         );
         view! {
             <p><a class="button primary oidc-sign-in" href=href>"Sign in with OpenID Connect"</a></p>
@@ -50,19 +51,6 @@ fn Ways(me: Me, next: String) -> impl IntoView {
         <LoginForm next/>
     }
     .into_any()
-}
-
-/// Percent-encodes a path for a query value (the few characters a path
-/// may hold that a query value may not).
-fn js_free_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }
 
 #[island(lazy)]
@@ -98,9 +86,7 @@ fn LoginForm(next: String) -> impl IntoView {
             </div>
             <button type="submit" class="primary">"Sign in with a token"</button>
         </form>
-        {move || message.get().map(|(ok, text)| view! {
-            <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
-        })}
+        <Said message/>
     }
 }
 
@@ -114,6 +100,5 @@ mod tests {
         assert_eq!(local(Some("//evil.example".into())), "/");
         assert_eq!(local(Some("https://evil.example".into())), "/");
         assert_eq!(local(None), "/");
-        assert_eq!(js_free_encode("/vm/101?x=1"), "%2Fvm%2F101%3Fx%3D1");
     }
 }

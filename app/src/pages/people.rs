@@ -4,6 +4,7 @@ use pvedeck_domain::format::utc;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{create_token, get_audit, get_tokens, get_users, revoke_token, update_user};
+use crate::components::said::Said;
 use crate::error::UiError;
 
 /// What the people's pages show live (`/account`, `/users`, `/audit`): one island for the three, so that
@@ -143,9 +144,7 @@ pub fn UserTable(initial: Result<Vec<UserRow>, UiError>) -> impl IntoView {
         });
     };
     view! {
-        {move || message.get().map(|(ok, text)| view! {
-            <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
-        })}
+        <Said message/>
         {move || match rows.get() {
             Err(e) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Ok(list) if list.is_empty() => view! { <p>"No users yet."</p> }.into_any(),

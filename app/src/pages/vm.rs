@@ -8,6 +8,7 @@ use pvedeck_domain::types::{Resize, VmDetail};
 use crate::api::{assign_vm, get_me, get_vm, migrate_vm, resize_vm};
 use crate::components::field::Field;
 use crate::components::options::options;
+use crate::components::said::Said;
 use crate::components::timeline::JobPanel;
 use crate::components::vm_actions::{Outcome, OutcomeNote, VmActions};
 use crate::error::UiError;
@@ -318,9 +319,7 @@ fn Ownership(vmid: u32, owner: Option<String>, admin: bool) -> impl IntoView {
                     <button type="button" on:click=move |_| assign(None)>"Give back to the admins"</button>
                 </form>
             })}
-            {move || message.get().map(|(ok, text)| view! {
-                <p class=if ok { "note note-ok" } else { "note error" } role="status">{text}</p>
-            })}
+            <Said message/>
         </section>
     }
 }

@@ -253,9 +253,33 @@ pub fn passwd_error(passwd: &str) -> Option<String> {
     (!is_single_line(passwd)).then(|| messages::PASSWD.to_string())
 }
 
+/// The page a sign-in may go back to: a path of this server, never
+/// another site (`//evil.example` is one).
+pub fn local_path(next: &str) -> &str {
+    let local = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.starts_with("/\\")
+        && !next.chars().any(char::is_control);
+    if local { next } else { "/" }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sign_in_goes_back_to_this_server_only() {
+        assert_eq!(local_path("/vm/101?x=1"), "/vm/101?x=1");
+        for other in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil",
+            "vm",
+            "",
+        ] {
+            assert_eq!(local_path(other), "/", "{other}");
+        }
+    }
 
     #[test]
     fn gigabytes_names_users_keys() {
