@@ -184,6 +184,63 @@ async fn a_token_without_a_privilege_is_refused_at_start_naming_it() {
     assert!(!said.contains("Sys.AccessNetwork"), "{said}");
 }
 
+#[tokio::test]
+async fn privileges_are_checked_as_proxmox_combines_them() {
+    // Without VM.Clone (so that it refuses and says why), without
+    // VM.GuestAgent.Audit (Unrestricted covers ping too) and without
+    // Sys.AccessNetwork (Sys.Audit with Sys.Modify on / open download-url).
+    let base = "VM.Audit VM.Allocate VM.Config.CPU VM.Config.Memory VM.Config.HWType \
+                VM.Config.Options VM.Config.Network VM.Config.Cloudinit VM.Config.CDROM \
+                VM.Config.Disk VM.PowerMgmt VM.Migrate VM.GuestAgent.Unrestricted \
+                Datastore.AllocateSpace Datastore.AllocateTemplate Datastore.Audit Sys.Audit SDN.Use";
+    let dir = common::temp_dir("api-privs-either");
+    let with_modify = format!("{base} Sys.Modify");
+    let (env, _api) = common::api_env_with(
+        &dir,
+        &[
+            ("SIM_API_PRIVS", with_modify.as_str()),
+            ("SIM_USER_TAG_ACCESS", "user-allow=none"),
+        ],
+    )
+    .await;
+    let said = refused_start(&dir, &env);
+    assert!(said.contains("token lacks VM.Clone on /vms"), "{said}");
+    for absent in ["VM.GuestAgent", "Sys.AccessNetwork", "datacenter.cfg"] {
+        assert!(!said.contains(absent), "{absent}: {said}");
+    }
+    // Every node's status is read: Sys.Audit is checked on each.
+    assert!(!said.contains("Sys.Audit on /nodes/pve2"), "{said}");
+
+    // Without Sys.Modify on /: download-url needs the node's
+    // Sys.AccessNetwork, and datacenter.cfg's tag access applies.
+    let dir = common::temp_dir("api-privs-tags");
+    let (env, _api) = common::api_env_with(
+        &dir,
+        &[
+            ("SIM_API_PRIVS", base),
+            (
+                "SIM_USER_TAG_ACCESS",
+                "user-allow=list,user-allow-list=debian;ubuntu",
+            ),
+        ],
+    )
+    .await;
+    let said = refused_start(&dir, &env);
+    assert!(
+        said.contains(
+            "token lacks Sys.AccessNetwork on /nodes/pve1 (or Sys.Audit and Sys.Modify on /)"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "datacenter.cfg refuses the tags pvedeck, pvedeck-template, rockylinux to this token \
+             (user-allow=list)"
+        ) || said.contains("datacenter.cfg refuses the tags pvedeck, pvedeck-template, rockylinux"),
+        "{said}"
+    );
+}
+
 /// The steps and messages of `events`, for the assertion messages.
 fn said(events: &[common::Sse]) -> Vec<String> {
     events

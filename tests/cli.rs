@@ -78,7 +78,7 @@ async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_passwo
     );
     let sets: Vec<&Vec<String>> = qm
         .iter()
-        .filter(|a| a[1] == "set" || a[1] == "resize")
+        .filter(|a| a[1] == "set" || a[1..3] == ["disk", "resize"])
         .copied()
         .collect();
     // One `qm set` with every option, then the resize of the attached disk.
@@ -113,14 +113,43 @@ async fn an_install_runs_the_exact_commands_of_spec_3_and_no_argv_holds_a_passwo
             "ip=127.0.0.106/24,gw=127.0.0.1",
         ])
     );
-    assert_eq!(*sets[1], strings(&["qm", "resize", "106", "scsi0", "16G"]));
+    // Proxmox's current names, not the aliases kept for old scripts.
+    assert_eq!(
+        *sets[1],
+        strings(&["qm", "disk", "resize", "106", "scsi0", "16G"])
+    );
     let import = qm
         .iter()
-        .find(|a| a[1] == "importdisk")
-        .expect("qm importdisk");
-    assert_eq!(import[2], "106");
-    assert!(import[3].ends_with("images/debian-12-generic-amd64.qcow2"));
-    assert_eq!(import[4], "local-zfs");
+        .find(|a| a[1..3] == ["disk", "import"])
+        .expect("qm disk import");
+    assert_eq!(import[3], "106");
+    assert!(import[4].ends_with("images/debian-12-generic-amd64.qcow2"));
+    assert_eq!(import[5], "local-zfs");
+    assert!(
+        all.iter()
+            .any(|a| a[0] == "qm" && a[1..3] == ["guest", "cmd"] && a[4] == "ping")
+            || !all.iter().any(|a| a[0] == "qm" && a[1] == "agent"),
+        "the agent is asked with `qm guest cmd`"
+    );
+    assert!(
+        !qm.iter()
+            .any(|a| ["importdisk", "resize", "agent"].contains(&a[1].as_str())),
+        "no alias: {qm:#?}"
+    );
+
+    // A destroy takes the disks its config does not name too.
+    assert_eq!(common::post(&format!("{url}/api/vm/106/stop")).await.0, 200);
+    let (status, body) = common::post(&format!("{url}/api/vm/106/destroy")).await;
+    assert_eq!(status, 200, "{body}");
+    let all = argvs(&dir);
+    let destroy = all
+        .iter()
+        .find(|a| a[0] == "qm" && a[1] == "destroy")
+        .expect("qm destroy");
+    assert_eq!(
+        destroy[2..],
+        strings(&["106", "--purge", "--destroy-unreferenced-disks", "1"])
+    );
     // The VM's address was reached with pvedeck's key, as the requested user.
     assert!(all.iter().any(|a| a[0] == "ssh"
         && a.contains(&"debian@127.0.0.106".to_string())
@@ -391,4 +420,68 @@ async fn the_simulated_qm_makes_templates_and_linked_clones_and_its_agent_answer
     );
     let (_, report, _) = qm(&["guest", "exec", "251", "--", "apt-get", "update"]);
     assert!(report.contains("\"exitcode\" : 127"), "{report}");
+}
+
+#[tokio::test]
+async fn qm_reads_a_keys_file_on_its_own_node_so_another_node_gets_the_keys_on_stdin() {
+    let dir = common::temp_dir("keys-remote");
+    let (child, url) = cli_server(&dir, &[]).await;
+    let _server = common::Killed(child);
+    let env = common::cli_env(&dir, false).await;
+
+    // Through ssh, `qm` runs on pve2, where pvedeck's files are not.
+    let keys = dir.join("keys.pub");
+    std::fs::write(
+        &keys,
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBdX0Qhc9JKHtt2VTWaOlzUGOZuHcFdkKZ2Uoi1BIStV t@x\n",
+    )
+    .expect("keys");
+    let keys = keys.to_string_lossy().into_owned();
+    let (code, _, err) = tool(
+        &env,
+        "pve1",
+        &[
+            "ssh",
+            "root@127.0.0.12",
+            &format!("qm set 103 --sshkeys {keys}"),
+        ],
+    );
+    assert_eq!(code, 255, "{err}");
+    assert!(
+        err.contains(&format!("can't open '{keys}' - No such file or directory")),
+        "{err}"
+    );
+
+    // A template that lives on pve2: the clone's `qm set` runs there.
+    let clone = r#"{"os":"debian","version":"12","method":"clone"}"#;
+    let (_, events) = common::install(&url, clone).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let (code, _, err) = tool(&env, "pve1", &["qm", "migrate", "9001", "pve2"]);
+    assert_eq!(code, 0, "{err}");
+    let mut moved = false;
+    for _ in 0..100 {
+        let list = common::json(&format!("{url}/api/templates")).await;
+        if list.to_string().contains(r#""node":"pve2""#) {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(moved, "the template is listed on pve2");
+    let (job, events) = common::install(&url, clone).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    let vmid = detail["vmid"].as_u64().expect("vmid");
+    let all = argvs(&dir);
+    let set = all
+        .iter()
+        .find(|a| {
+            a[0] == "ssh"
+                && a.last()
+                    .is_some_and(|c| c.starts_with(&format!("qm set {vmid} ")))
+        })
+        .expect("qm set through ssh to pve2");
+    let remote = set.last().expect("command");
+    assert!(remote.contains("--sshkeys /dev/stdin"), "{remote}");
+    assert_eq!(detail["state"], "succeeded");
 }

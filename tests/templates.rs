@@ -641,3 +641,41 @@ async fn a_rebuild_replaces_the_template_and_retires_the_old_one_while_linked_cl
         "{events:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_clone_for_another_node_on_zfs_is_a_full_copy_that_migrates() {
+    // The template lives on pve1's ZFS: a linked clone there could not
+    // leave pve1 (QemuMigrate: "can't migrate … as it's a clone of …").
+    let server = common::server(&[]).await;
+    let url = &server.url;
+    let (job, events) = common::install(
+        url,
+        r#"{"os":"debian","version":"12","method":"clone","node":"pve2"}"#,
+    )
+    .await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    assert!(
+        events.iter().any(|e| e.message()
+            == "[*] full clone of tpl-debian-12 (VM 9001): storage local-zfs (zfspool) cannot move a linked clone to another node"),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.step() == "VM initialization > migrating VM"
+                && e.message().contains("migration finished successfully")),
+        "{events:#?}"
+    );
+    let detail = common::json(&format!("{url}/api/jobs/{job}")).await;
+    assert_eq!(detail["state"], "succeeded");
+    let vmid = detail["vmid"].as_u64().expect("vmid");
+    let ran = common::commands(&server).await;
+    assert!(
+        ran.iter()
+            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name {vmid} --full 1"))),
+        "{ran:#?}"
+    );
+    let vm = common::vm(url, vmid).await.expect("listed");
+    assert_eq!(vm["node"], "pve2");
+    assert_eq!(vm["status"], "running");
+}

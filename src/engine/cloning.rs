@@ -44,6 +44,26 @@ fn links(kind: &str) -> bool {
     matches!(kind, "zfspool" | "lvmthin" | "rbd")
 }
 
+/// How to clone a template on a storage of `kind`, and why, when the VM
+/// is to run on another node than the template's (`elsewhere`). pvedeck
+/// clones on the template's node and migrates the stopped clone, never
+/// `qm clone --target`, which Proxmox refuses for a VM on local storage
+/// (`clone_vm`: "VM uses local storage"). A linked clone moves only where
+/// Proxmox lets it (docs/backends.md#clones-on-another-node): on RBD
+/// (shared, nothing to copy) and on LVM-thin (the clone is a plain thin
+/// volume); on ZFS `QemuMigrate` refuses it ("can't migrate … as it's a
+/// clone of …"), so there the clone is a full copy.
+fn clone_mode(kind: &str, elsewhere: bool) -> (CloneMode, Option<&'static str>) {
+    match (links(kind), elsewhere && kind == "zfspool") {
+        (true, false) => (CloneMode::Linked, None),
+        (true, true) => (
+            CloneMode::Full,
+            Some("cannot move a linked clone to another node"),
+        ),
+        (false, _) => (CloneMode::Full, Some("cannot link clones")),
+    }
+}
+
 impl Engine {
     pub(super) async fn clone_steps(
         self: &Arc<Self>,
@@ -76,18 +96,22 @@ impl Engine {
                 .unwrap_or_default(),
             Err(e) => return Err(none(failed(&step, "failed to clone", Cleanup::Nothing)(e))),
         };
-        let mode = if links(&kind) {
-            step.processing(format!(
-                "[*] linked clone of {} (VM {})",
-                template.name, template.vmid
-            ));
-            CloneMode::Linked
-        } else {
-            step.processing(format!(
-                "[*] full clone of {} (VM {}): storage {storage} ({kind}) cannot link clones",
-                template.name, template.vmid
-            ));
-            CloneMode::Full
+        let elsewhere = req.node.as_ref().is_some_and(|n| n.as_str() != node);
+        let mode = match clone_mode(&kind, elsewhere) {
+            (mode, None) => {
+                step.processing(format!(
+                    "[*] linked clone of {} (VM {})",
+                    template.name, template.vmid
+                ));
+                mode
+            }
+            (mode, Some(why)) => {
+                step.processing(format!(
+                    "[*] full clone of {} (VM {}): storage {storage} ({kind}) {why}",
+                    template.name, template.vmid
+                ));
+                mode
+            }
         };
         // A clone cut short in the middle is half-made.
         job.stake(stake(vmid, &node, Cleanup::Destroy));
@@ -259,6 +283,20 @@ impl Engine {
         if report.exitcode == Some(0) && said.ends_with("status: done") {
             return Ok(());
         }
+        if report.exitcode.is_none() {
+            // Killed, or still waiting at the timeout: nothing cloud-init
+            // said, so the agent's report is the words.
+            let why = report
+                .output("cloud-init status --wait")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            return Err(Failure::new(
+                step,
+                format!("[-] cloud-init did not report: {}", one_line(&why)),
+                Cleanup::Keep,
+            ));
+        }
         let words = if said.is_empty() {
             report.err.trim()
         } else {
@@ -372,5 +410,15 @@ mod tests {
         for kind in ["dir", "nfs", "lvm", ""] {
             assert!(!links(kind), "{kind}");
         }
+    }
+
+    #[test]
+    fn a_clone_for_another_node_is_linked_only_where_it_can_migrate() {
+        assert_eq!(clone_mode("zfspool", false).0, CloneMode::Linked);
+        assert_eq!(clone_mode("zfspool", true).0, CloneMode::Full);
+        assert_eq!(clone_mode("lvmthin", true).0, CloneMode::Linked);
+        assert_eq!(clone_mode("rbd", true).0, CloneMode::Linked);
+        assert_eq!(clone_mode("dir", true).0, CloneMode::Full);
+        assert_eq!(clone_mode("dir", false).0, CloneMode::Full);
     }
 }

@@ -576,6 +576,18 @@ pub const ELSEWHERE: &[(&str, &str, &str, &str)] = &[
         "The largest upload taken; beyond, 413.",
     ),
     (
+        "SIM_USER_TAG_ACCESS",
+        "`pvedeck-sim api`",
+        "unset (`free`)",
+        "datacenter.cfg's `user-tag-access` as `/cluster/options` shows it (`user-allow=list,user-allow-list=a;b`).",
+    ),
+    (
+        "SIM_REGISTERED_TAGS",
+        "`pvedeck-sim api`",
+        "none",
+        "datacenter.cfg's `registered-tags` (`a;b`): tags only `Sys.Modify` on `/` may set.",
+    ),
+    (
         "PVEDECK_SIM_NODE",
         "the `qm`/`pvesh`/`pvesm` stand-ins",
         "`MAIN_NODE`",

@@ -23,6 +23,17 @@ pub fn uri_escape(raw: &str) -> String {
     utf8_percent_encode(raw, URI_ESCAPE).to_string()
 }
 
+/// pve-common's `encode_text` (`PVE/ParseUtils.pm`): control and 8-bit
+/// bytes, `%` and `:` escaped, everything else kept (so a space stays).
+const TEXT_ESCAPE: &AsciiSet = &percent_encoding::CONTROLS.add(b'%').add(b':');
+
+/// `raw` as `qm config` prints the notes (`description`): one line, `%0A`
+/// for each newline, `%3A` for each colon (qemu-server `PVE/CLI/qm.pm`,
+/// the `config` printer calls `encode_text`).
+pub fn encode_text(raw: &str) -> String {
+    utf8_percent_encode(raw, TEXT_ESCAPE).to_string()
+}
+
 /// Whether `text` has only the characters of Proxmox's `urlencoded`
 /// format (`^[-%a-zA-Z0-9_.!~*'()]*$`).
 pub fn is_urlencoded(text: &str) -> bool {
@@ -65,6 +76,14 @@ mod tests {
         assert_eq!(uri_unescape("%zz%4"), "%zz%4");
         assert_eq!(uri_unescape("%ff"), "\u{FFFD}");
         assert_eq!(form_unescape("a+b%2Bc%20d"), "a b+c d");
+        assert_eq!(
+            encode_text("made by pvedeck\npvedeck-owner: alice 100%"),
+            "made by pvedeck%0Apvedeck-owner%3A alice 100%25"
+        );
+        assert_eq!(
+            uri_unescape("made by pvedeck%0Apvedeck-owner%3A alice"),
+            "made by pvedeck\npvedeck-owner: alice"
+        );
         assert!(is_urlencoded("ssh-ed25519%20AAAA"));
         assert!(!is_urlencoded("ssh-ed25519 AAAA"));
     }

@@ -204,8 +204,14 @@ pub enum GuestCommand {
 /// What the guest agent reports of a command it ran (`qm guest exec`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentExec {
-    /// `None` when the command was still running at the timeout.
+    /// `None` when the command was still running at the timeout, or was
+    /// killed by a signal.
     pub exitcode: Option<i32>,
+    /// The signal that ended it: qemu-ga reports `signal` instead of
+    /// `exitcode` for a command killed (qemu's `qga/commands-posix.c`,
+    /// `guest-exec-status`; passed on as is by qemu-server
+    /// `PVE/QemuServer/Agent.pm`, `qemu_exec_status`).
+    pub signal: Option<i32>,
     pub out: String,
     pub err: String,
 }
@@ -222,12 +228,26 @@ pub enum GuestCommandFailed {
     },
     #[error("{what}: still running at the timeout")]
     Running { what: String },
+    /// `cloud-init status --wait: killed by signal 9`
+    #[error("{what}: killed by signal {signal}{}", if err.is_empty() { String::new() } else { format!(": {err}") })]
+    Signal {
+        what: String,
+        signal: i32,
+        err: String,
+    },
 }
 
 impl AgentExec {
     /// The command's output when it exited 0, else what went wrong, named
     /// `what`.
     pub fn output(self, what: &str) -> Result<String, GuestCommandFailed> {
+        if let (None, Some(signal)) = (self.exitcode, self.signal) {
+            return Err(GuestCommandFailed::Signal {
+                what: what.to_string(),
+                signal,
+                err: self.err.trim().to_string(),
+            });
+        }
         match self.exitcode {
             Some(0) => Ok(self.out),
             Some(code) => Err(GuestCommandFailed::Exit {

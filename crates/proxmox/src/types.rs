@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::json::int_bool;
+use super::json::{cpu_count, int_bool, text_or_number};
 
 /// One element of `/cluster/resources --type vm`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -23,7 +23,8 @@ pub struct VmResource {
     pub name: Option<String>,
     #[serde(default, with = "int_bool")]
     pub template: bool,
-    #[serde(default)]
+    /// Whole vCPUs: an LXC's fractional `cpulimit` rounded up.
+    #[serde(default, with = "cpu_count")]
     pub maxcpu: u32,
     /// Fraction of `maxcpu` in use.
     #[serde(default)]
@@ -125,8 +126,9 @@ pub struct CpuInfo {
     pub cores: u32,
     #[serde(default)]
     pub model: String,
-    /// A string in Proxmox's output, e.g. `"2400.000"`.
-    #[serde(default)]
+    /// A string in Proxmox's output, e.g. `"2400.000"`, or a number when
+    /// `/proc/cpuinfo` has no MHz line.
+    #[serde(default, with = "text_or_number")]
     pub mhz: String,
     /// Space-separated `/proc/cpuinfo` flags.
     #[serde(default)]

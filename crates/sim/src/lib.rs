@@ -399,7 +399,8 @@ impl Pve for SimCluster {
 
     async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
         self.start_up().await;
-        self.qm_destroy(node, vmid, skiplock).await.map(drop)
+        // As the api backend sends it (and now the cli backend).
+        self.qm_destroy(node, vmid, skiplock, true).await.map(drop)
     }
 
     async fn migrate(

@@ -288,6 +288,7 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
         // A host that is not a VM (a printer, a forgotten box) answers on .100.
         foreign_hosts: vec![100],
         faults: Default::default(),
+        orphans: Default::default(),
     }
 }
 

@@ -54,6 +54,15 @@ impl SimStorage {
         matches!(self.kind.as_str(), "dir" | "nfs" | "cifs" | "btrfs")
     }
 
+    /// Storages every node reaches (pve-storage: the plugin's `shared`
+    /// property, or `shared 1` in storage.cfg for the network file systems).
+    pub fn is_shared(&self) -> bool {
+        matches!(
+            self.kind.as_str(),
+            "nfs" | "cifs" | "rbd" | "cephfs" | "glusterfs" | "iscsi" | "pbs"
+        )
+    }
+
     pub fn is_active(&self) -> bool {
         self.enabled && self.reachable
     }
@@ -279,6 +288,11 @@ pub struct ClusterState {
     /// Injected faults (shared with the command-line stand-ins).
     #[serde(default)]
     pub faults: super::faults::Faults,
+    /// Disks left on a storage by a `qm destroy` without
+    /// `--destroy-unreferenced-disks`: volume id → (node, bytes). They
+    /// take space until removed (`pvesm free`).
+    #[serde(default)]
+    pub orphans: BTreeMap<String, (String, u64)>,
 }
 
 impl ClusterState {
@@ -480,7 +494,13 @@ impl ClusterState {
             .flat_map(|vm| vm.volumes.iter())
             .filter(|(volid, _)| volid.starts_with(&prefix))
             .map(|(_, size)| *size)
-            .sum()
+            .sum::<u64>()
+            + self
+                .orphans
+                .iter()
+                .filter(|(volid, (on, _))| on == node && volid.starts_with(&prefix))
+                .map(|(_, (_, size))| *size)
+                .sum::<u64>()
     }
 }
 

@@ -51,6 +51,11 @@ fn decode<T: DeserializeOwned>(command: &str, value: Value) -> Result<T, PveErro
     serde_json::from_value(value).map_err(|e| bad(command, e.to_string()))
 }
 
+/// A listing, read entry by entry (`json::listing`).
+fn decode_list<T: DeserializeOwned>(command: &str, value: Value) -> Result<Vec<T>, PveError> {
+    crate::json::listing(command, value).map_err(|e| bad(command, e))
+}
+
 /// A config value as `qm config` prints it: numbers and strings alike.
 fn text(value: &Value) -> String {
     match value {
@@ -265,12 +270,106 @@ const NEEDED: &[(&str, &[&str])] = &[
 ];
 
 /// The guest agent's privileges: PVE 9 split them out of `VM.Monitor`.
+/// `ping` takes `VM.GuestAgent.Audit` or `…Unrestricted`, `exec` and
+/// `exec-status` only `…Unrestricted` (qemu-server
+/// `PVE/API2/Qemu/Agent.pm`, `register_command` and `exec`): that one
+/// covers all pvedeck asks of the agent.
 fn agent_privileges(major: u32) -> &'static [&'static str] {
     if major >= 9 {
-        &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"]
+        &["VM.GuestAgent.Unrestricted"]
     } else {
         &["VM.Monitor"]
     }
+}
+
+/// A privilege check of the preflight, as Proxmox's permission schemas
+/// combine them.
+enum Need {
+    One(String, &'static str),
+    /// All of the first's privileges, or all of the second's.
+    Either(
+        (String, &'static [&'static str]),
+        (String, &'static [&'static str]),
+    ),
+}
+
+impl Need {
+    fn paths(&self) -> Vec<&str> {
+        match self {
+            Need::One(path, _) => vec![path],
+            Need::Either((a, _), (b, _)) => vec![a, b],
+        }
+    }
+
+    /// What the token lacks, in words, or `None`.
+    fn missing(&self, has: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+        match self {
+            Need::One(path, privilege) => {
+                (!has(path, privilege)).then(|| format!("token lacks {privilege} on {path}"))
+            }
+            Need::Either((a, first), (b, second)) => {
+                let all = |path: &str, privs: &[&str]| privs.iter().all(|p| has(path, p));
+                (!all(a, first) && !all(b, second)).then(|| {
+                    format!(
+                        "token lacks {} on {a} (or {} on {b})",
+                        first.join(" and "),
+                        second.join(" and ")
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// The tags pvedeck sets: its own on VMs and templates, and the OS's.
+fn own_tags() -> Vec<&'static str> {
+    let mut tags = vec!["pvedeck", "pvedeck-template"];
+    tags.extend(pvedeck_domain::os::Os::ALL.iter().map(|os| os.name()));
+    tags
+}
+
+/// Whether datacenter.cfg's `user-tag-access` and `registered-tags` refuse
+/// pvedeck's tags to a token without `Sys.Modify` on `/` (pve-guest-common
+/// `PVE/GuestHelpers.pm`, `assert_tag_permissions` and `get_allowed_tags`):
+/// `free` (the default) and `existing` allow them (`existing`: once any VM
+/// has them), `list` only those listed, `none` none; a privileged tag
+/// never (`registered-tags`). The refusal in words, or `None`.
+fn tags_refused(options: &Value) -> Option<String> {
+    let access = options.get("user-tag-access");
+    let mode = access
+        .and_then(|a| a.get("user-allow"))
+        .and_then(Value::as_str)
+        .unwrap_or("free");
+    let listed: Vec<&str> = access
+        .and_then(|a| a.get("user-allow-list"))
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let privileged: Vec<&str> = options
+        .get("registered-tags")
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let refused: Vec<&str> = own_tags()
+        .into_iter()
+        .filter(|tag| {
+            privileged.contains(tag)
+                || match mode {
+                    "none" => true,
+                    "list" => !listed.contains(tag),
+                    _ => false,
+                }
+        })
+        .collect();
+    (!refused.is_empty()).then(|| {
+        format!(
+            "datacenter.cfg refuses the tags {} to this token (user-tag-access: user-allow={mode}{}): \
+             grant it Sys.Modify on /, or allow the tags (e.g. `user-allow-list` in Datacenter → \
+             Options → User Tag Access)",
+            refused.join(", "),
+            if privileged.is_empty() { "" } else { ", registered-tags" }
+        )
+    })
 }
 
 /// `9.1.2` → `(9, 1)`.
@@ -280,6 +379,31 @@ fn version(text: &str) -> Option<(u32, u32)> {
 }
 
 impl ApiBackend {
+    /// `tags_refused` on `/cluster/options`, unless the token has
+    /// `Sys.Modify` on `/`. Without `Sys.Audit` on `/` the options answer
+    /// leaves the tag settings out (pve-manager `PVE/API2/Cluster.pm`,
+    /// `get_options`) rather than refusing: the check is then left to the
+    /// first `qm set`, whose 403 names the tag.
+    async fn tag_access(&self, has: &dyn Fn(&str, &str) -> bool) -> Option<String> {
+        if has("/", "Sys.Modify") {
+            return None;
+        }
+        if !has("/", "Sys.Audit") {
+            tracing::info!("no Sys.Audit on /: datacenter.cfg's tag access not checked");
+            return None;
+        }
+        match self.client.get("/cluster/options", &[]).await {
+            Ok(options) => tags_refused(&options),
+            Err(e) => {
+                tracing::info!(
+                    "cannot read /cluster/options ({}): tag access not checked",
+                    e.message()
+                );
+                None
+            }
+        }
+    }
+
     /// Checks at start-up what would otherwise fail mid-install: the
     /// certificate and the token (`/version`), Proxmox 8.4 or later (for
     /// the `import` content), each privilege pvedeck uses, and the `import`
@@ -305,34 +429,77 @@ impl ApiBackend {
             ));
         }
         let node = config.main_node.as_str();
+        // Every node's status is read (the CPU baseline of the whole
+        // cluster), so `Sys.Audit` is needed on each, not only on MAIN_NODE.
+        let mut nodes = vec![node.to_string()];
+        match self.cluster_nodes().await {
+            Ok(all) => nodes.extend(all.into_iter().map(|n| n.node).filter(|n| n != node)),
+            Err(e) => problems.push(e.message()),
+        }
+        let mut wanted: Vec<Need> = Vec::new();
         for (path, privileges) in NEEDED {
-            let path = path
-                .replace("{assign}", &config.assign_storage)
-                .replace("{import}", &self.import_storage)
-                .replace("{node}", node);
-            let extra: &[&str] = if path == "/vms" {
-                agent_privileges(major)
-            } else if path.starts_with("/nodes/") && self.image_fetch == ImageFetch::Download {
-                // `download-url` makes the node open connections.
-                &["Sys.AccessNetwork"]
+            let paths: Vec<String> = if path.contains("{node}") {
+                nodes.iter().map(|n| path.replace("{node}", n)).collect()
             } else {
-                &[]
+                vec![
+                    path.replace("{assign}", &config.assign_storage)
+                        .replace("{import}", &self.import_storage),
+                ]
             };
-            match self
-                .client
-                .get("/access/permissions", &[("path", path.clone())])
-                .await
-            {
-                Ok(granted) => {
-                    let at = granted.get(path.as_str());
-                    for privilege in privileges.iter().chain(extra) {
-                        if at.and_then(|p| p.get(*privilege)).is_none() {
-                            problems.push(format!("token lacks {privilege} on {path}"));
-                        }
-                    }
-                }
-                Err(e) => problems.push(e.message()),
+            for path in paths {
+                wanted.extend(privileges.iter().map(|p| Need::One(path.clone(), p)));
             }
+        }
+        wanted.extend(
+            agent_privileges(major)
+                .iter()
+                .map(|p| Need::One("/vms".into(), p)),
+        );
+        if self.image_fetch == ImageFetch::Download {
+            // `download-url` lets the node open connections: Proxmox takes
+            // `Sys.AccessNetwork` on the node, or `Sys.Audit` with
+            // `Sys.Modify` on `/` (pve-storage `PVE/API2/Storage/Status.pm`,
+            // `download_url`'s permissions).
+            wanted.push(Need::Either(
+                (format!("/nodes/{node}"), &["Sys.AccessNetwork"]),
+                ("/".to_string(), &["Sys.Audit", "Sys.Modify"]),
+            ));
+        }
+        let mut granted: BTreeMap<String, Option<Value>> = BTreeMap::new();
+        let root = Need::One("/".into(), "Sys.Modify");
+        for need in wanted.iter().chain([&root]) {
+            for path in need.paths() {
+                if granted.contains_key(path) {
+                    continue;
+                }
+                let answer = match self
+                    .client
+                    .get("/access/permissions", &[("path", path.to_string())])
+                    .await
+                {
+                    Ok(all) => all.get(path).cloned(),
+                    Err(e) => {
+                        problems.push(e.message());
+                        None
+                    }
+                };
+                granted.insert(path.to_string(), answer);
+            }
+        }
+        let has = |path: &str, privilege: &str| {
+            granted
+                .get(path)
+                .and_then(Option::as_ref)
+                .and_then(|at| at.get(privilege))
+                .is_some()
+        };
+        for need in &wanted {
+            if let Some(missing) = need.missing(&has) {
+                problems.push(missing);
+            }
+        }
+        if let Some(refusal) = self.tag_access(&has).await {
+            problems.push(refusal);
         }
         match self
             .client
@@ -426,7 +593,7 @@ impl Pve for ApiBackend {
             .client
             .get("/cluster/resources", &[("type", "vm".to_string())])
             .await?;
-        decode("GET /cluster/resources?type=vm", all)
+        decode_list("GET /cluster/resources?type=vm", all)
     }
 
     async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
@@ -434,7 +601,7 @@ impl Pve for ApiBackend {
             .client
             .get("/cluster/resources", &[("type", "node".to_string())])
             .await?;
-        decode("GET /cluster/resources?type=node", all)
+        decode_list("GET /cluster/resources?type=node", all)
     }
 
     async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
@@ -451,7 +618,7 @@ impl Pve for ApiBackend {
         let path = format!("/nodes/{node}/rrddata");
         let query = [("timeframe", timeframe.as_str().to_string())];
         let rows = self.client.get(&path, &query).await?;
-        decode(
+        decode_list(
             &format!("GET {path}?timeframe={}", timeframe.as_str()),
             rows,
         )
@@ -467,18 +634,16 @@ impl Pve for ApiBackend {
         let rows = rows.as_array().ok_or_else(|| bad(&command, "not a list"))?;
         let kib = |row: &Value, key: &str| row.get(key).and_then(Value::as_u64).unwrap_or(0) / 1024;
         let flag = |row: &Value, key: &str| row.get(key).and_then(Value::as_u64).unwrap_or(0) == 1;
+        // A row without a name cannot be chosen: skipped, the rest listed.
         rows.iter()
-            .map(|row| {
-                let name = row
-                    .get("storage")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad(&command, "a storage without a name"))?;
+            .filter_map(|row| {
+                let name = row.get("storage").and_then(Value::as_str)?;
                 let status = match (flag(row, "enabled"), flag(row, "active")) {
                     (false, _) => "disabled",
                     (true, true) => "active",
                     (true, false) => "inactive",
                 };
-                Ok(StorageStatus {
+                Some(Ok(StorageStatus {
                     name: name.to_string(),
                     kind: row
                         .get("type")
@@ -489,7 +654,7 @@ impl Pve for ApiBackend {
                     total_kib: kib(row, "total"),
                     used_kib: kib(row, "used"),
                     avail_kib: kib(row, "avail"),
-                })
+                }))
             })
             .collect()
     }
@@ -747,11 +912,15 @@ impl Pve for ApiBackend {
                         .unwrap_or_default()
                         .to_string()
                 };
-                return Ok(AgentExec {
-                    exitcode: status
-                        .get("exitcode")
+                let number = |key: &str| {
+                    status
+                        .get(key)
                         .and_then(Value::as_i64)
-                        .and_then(|c| i32::try_from(c).ok()),
+                        .and_then(|c| i32::try_from(c).ok())
+                };
+                return Ok(AgentExec {
+                    exitcode: number("exitcode"),
+                    signal: number("signal"),
                     out: field("out-data"),
                     err: field("err-data"),
                 });
@@ -765,9 +934,31 @@ impl Pve for ApiBackend {
 
     async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
         let upid: Upid = upid.trim().parse().ok()?;
-        // What it logged before the restart was relayed then.
-        let logged = match TaskSource::log(self, &upid, 0).await {
-            Ok(lines) => lines.last().map_or(0, |(n, _)| *n),
+        // What it logged before the restart was relayed then: its count is
+        // the log's `total`, not the last line of a first page (500 at most).
+        let path = format!("/nodes/{}/tasks/{upid}/log", upid.node);
+        let logged = match self
+            .client
+            .get_page(
+                &path,
+                &[("start", "0".to_string()), ("limit", "1".to_string())],
+            )
+            .await
+        {
+            // An empty log reads as one line, "no content" (pve-common
+            // `dump_logfile_by_filehandle`): nothing logged yet.
+            Ok((lines, _))
+                if lines.get(0).and_then(|l| l.get("t")) == Some(&Value::from("no content")) =>
+            {
+                0
+            }
+            Ok((_, Some(total))) => total,
+            Ok((lines, None)) => lines
+                .as_array()
+                .and_then(|l| l.last())
+                .and_then(|l| l.get("n"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
             Err(e) => return Some(Err(e)),
         };
         Some(
@@ -788,6 +979,54 @@ impl Pve for ApiBackend {
         out: LineSink<'_>,
     ) -> Result<(), PveError> {
         self.guest.guest_exec(target, command, out).await
+    }
+}
+
+#[cfg(test)]
+mod preflight_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tags_are_refused_only_where_datacenter_cfg_says() {
+        assert_eq!(tags_refused(&json!({})), None, "free by default");
+        assert_eq!(
+            tags_refused(&json!({"user-tag-access": {"user-allow": "existing"}})),
+            None
+        );
+        let none = tags_refused(&json!({"user-tag-access": {"user-allow": "none"}})).unwrap();
+        assert!(none.contains("pvedeck, pvedeck-template, debian"), "{none}");
+        let listed = json!({"user-tag-access": {"user-allow": "list",
+            "user-allow-list": ["pvedeck", "pvedeck-template", "debian", "ubuntu", "rockylinux"]}});
+        assert_eq!(tags_refused(&listed), None);
+        let registered = tags_refused(&json!({"registered-tags": ["pvedeck"]})).unwrap();
+        assert!(
+            registered.starts_with("datacenter.cfg refuses the tags pvedeck "),
+            "{registered}"
+        );
+    }
+
+    #[test]
+    fn either_grant_of_download_url_satisfies_it() {
+        let need = Need::Either(
+            ("/nodes/pve1".into(), &["Sys.AccessNetwork"]),
+            ("/".into(), &["Sys.Audit", "Sys.Modify"]),
+        );
+        let root_only =
+            |path: &str, p: &str| path == "/" && ["Sys.Audit", "Sys.Modify"].contains(&p);
+        assert_eq!(need.missing(&root_only), None);
+        let audit_only = |path: &str, p: &str| path == "/" && p == "Sys.Audit";
+        assert_eq!(
+            need.missing(&audit_only).as_deref(),
+            Some("token lacks Sys.AccessNetwork on /nodes/pve1 (or Sys.Audit and Sys.Modify on /)")
+        );
+    }
+
+    #[test]
+    fn the_agent_needs_unrestricted_alone_on_pve_9() {
+        assert_eq!(agent_privileges(9), ["VM.GuestAgent.Unrestricted"]);
+        assert_eq!(agent_privileges(8), ["VM.Monitor"]);
     }
 }
 

@@ -130,6 +130,25 @@ impl ApiClient {
         self.call(Method::Get, path, query).await
     }
 
+    /// A page of a paged listing (`start`/`limit`): its entries and the
+    /// `total` Proxmox counts beside them (pve-manager `PVE/API2/Tasks.pm`,
+    /// `read_task_log`: `set_result_attrib('total', …)`).
+    pub async fn get_page(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<(Value, Option<u64>), PveError> {
+        let mut whole = self.call_whole(Method::Get, path, query).await?;
+        let total = whole.get("total").and_then(Value::as_u64);
+        Ok((
+            whole
+                .get_mut("data")
+                .map(Value::take)
+                .unwrap_or(Value::Null),
+            total,
+        ))
+    }
+
     pub async fn post(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
         self.call(Method::Post, path, params).await
     }
@@ -194,6 +213,21 @@ impl ApiClient {
         path: &str,
         params: &[(&str, String)],
     ) -> Result<Value, PveError> {
+        let mut whole = self.call_whole(method, path, params).await?;
+        Ok(whole
+            .get_mut("data")
+            .map(Value::take)
+            .unwrap_or(Value::Null))
+    }
+
+    /// One call: the whole answer (`data` and its attributes, such as
+    /// `total`), or the error in Proxmox's words.
+    async fn call_whole(
+        &self,
+        method: Method,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<Value, PveError> {
         let shown = format!("{} {path}", method.as_str());
         let mut attempt = 1;
         loop {
@@ -209,7 +243,7 @@ impl ApiClient {
                 .send()
                 .await
             {
-                Ok(response) => return answer(&shown, response).await,
+                Ok(response) => return answer_whole(&shown, response).await,
                 Err(e) => {
                     let again = method == Method::Get || e.is_connect();
                     if !again || attempt >= ATTEMPTS || self.refused_certificate().is_some() {
@@ -261,6 +295,15 @@ impl ApiClient {
 
 /// The answer's `data`, or its failure as Proxmox words it.
 async fn answer(shown: &str, response: reqwest::Response) -> Result<Value, PveError> {
+    let mut whole = answer_whole(shown, response).await?;
+    Ok(whole
+        .get_mut("data")
+        .map(Value::take)
+        .unwrap_or(Value::Null))
+}
+
+/// The answer as a JSON object (`data` and its attributes), or the error.
+async fn answer_whole(shown: &str, response: reqwest::Response) -> Result<Value, PveError> {
     let status = response.status();
     let reason = response
         .extensions()
@@ -276,7 +319,7 @@ async fn answer(shown: &str, response: reqwest::Response) -> Result<Value, PveEr
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if status.is_success() {
         return match json {
-            Value::Object(mut map) => Ok(map.remove("data").unwrap_or(Value::Null)),
+            whole @ Value::Object(_) => Ok(whole),
             _ => Err(PveError::Parse {
                 command: shown.to_string(),
                 detail: "the answer is not a JSON object".to_string(),

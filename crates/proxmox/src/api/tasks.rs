@@ -78,9 +78,16 @@ pub async fn follow(
         loop {
             let lines = source.log(upid, start).await?;
             let before = start;
-            for (n, line) in lines {
+            let last = lines.len().saturating_sub(1);
+            for (i, (n, line)) in lines.into_iter().enumerate() {
                 if n <= start || (n == 1 && line == NO_CONTENT) {
                     continue;
+                }
+                // The last line of a running task may be unfinished
+                // (`print "calculating checksum...";`, wget's dots): it is
+                // relayed once a line follows it or the task has ended.
+                if i == last && status.running {
+                    break;
                 }
                 start = n;
                 if !is_end_line(&line) {
@@ -98,6 +105,12 @@ pub async fn follow(
             );
         }
         if began.elapsed() >= limit {
+            // What it was doing when given up on, unfinished or not.
+            for (n, line) in source.log(upid, start).await.unwrap_or_default() {
+                if n > start && !(n == 1 && line == NO_CONTENT) && !is_end_line(&line) {
+                    out(&line);
+                }
+            }
             return Err(PveError::Timeout {
                 command: format!("task {upid}"),
                 secs: limit.as_secs(),
@@ -201,6 +214,75 @@ mod tests {
         assert_eq!(
             seen,
             ["transferred 1 of 4", "transferred 2 of 4", "a", "b", "c"]
+        );
+    }
+
+    /// A log whose last line grows while the task runs.
+    struct Growing {
+        polls: Mutex<usize>,
+    }
+
+    #[async_trait]
+    impl TaskSource for Growing {
+        async fn status(&self, _: &Upid) -> Result<TaskStatus, PveError> {
+            let mut polls = self.polls.lock().unwrap();
+            *polls += 1;
+            Ok(TaskStatus {
+                running: *polls < 3,
+                exitstatus: (*polls >= 3).then(|| "OK".to_string()),
+            })
+        }
+
+        async fn log(&self, _: &Upid, start: u64) -> Result<Vec<(u64, String)>, PveError> {
+            let polls = *self.polls.lock().unwrap();
+            let lines: Vec<&str> = match polls {
+                1 => vec!["downloading x", "calculating checksum..."],
+                2 => vec![
+                    "downloading x",
+                    "calculating checksum...OK, checksum verified",
+                    "done",
+                ],
+                _ => vec![
+                    "downloading x",
+                    "calculating checksum...OK, checksum verified",
+                    "done",
+                    "TASK OK",
+                ],
+            };
+            Ok(lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i as u64 + 1, l.to_string()))
+                .skip(start as usize)
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unfinished_last_line_is_relayed_whole_once_it_is_finished() {
+        let upid = UPID.parse::<Upid>().unwrap();
+        let seen = Mutex::new(Vec::new());
+        let out = |line: &str| seen.lock().unwrap().push(line.to_string());
+        let source = Growing {
+            polls: Mutex::new(0),
+        };
+        let result = follow(
+            &source,
+            &upid,
+            0,
+            &out,
+            Duration::from_millis(1),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(result.is_ok());
+        assert_eq!(
+            pvedeck_support::sync::into_inner(seen),
+            [
+                "downloading x",
+                "calculating checksum...OK, checksum verified",
+                "done"
+            ]
         );
     }
 

@@ -31,14 +31,6 @@ fn strings<const N: usize>(words: [&str; N]) -> Vec<String> {
     words.iter().map(|w| w.to_string()).collect()
 }
 
-/// `--key value` pairs as arguments.
-fn option_args(options: &QmOptions) -> Vec<String> {
-    options
-        .iter()
-        .flat_map(|(k, v)| [format!("--{k}"), v.clone()])
-        .collect()
-}
-
 impl CliBackend {
     pub fn new(config: &Config) -> CliBackend {
         CliBackend {
@@ -70,6 +62,56 @@ impl CliBackend {
         let shown = format!("pvesh {}", args.join(" "));
         let out = self.on(&self.main_node, "pvesh", args).await?;
         parse::json(&shown, &out.stdout)
+    }
+
+    /// A `pvesh` listing, read entry by entry (`json::listing`).
+    async fn pvesh_list<T: serde::de::DeserializeOwned>(
+        &self,
+        args: Vec<String>,
+    ) -> Result<Vec<T>, PveError> {
+        let shown = format!("pvesh {}", args.join(" "));
+        let all: serde_json::Value = self.pvesh(args).await?;
+        crate::json::listing(&shown, all).map_err(|detail| PveError::Parse {
+            command: shown,
+            detail,
+        })
+    }
+
+    /// `qm create|set <vmid> --k v …`. `--sshkeys FILE` is read by `qm` on
+    /// the node where it runs (qemu-server `PVE/CLI/qm.pm`,
+    /// `param_mapping`: `file_get_contents`), where pvedeck's file is not:
+    /// on another node the keys travel on ssh's stdin, named `/dev/stdin`.
+    async fn qm_with_files(
+        &self,
+        node: &str,
+        verb: &str,
+        vmid: u32,
+        options: &QmOptions,
+    ) -> Result<(), PveError> {
+        let mut stdin = None;
+        let mut args = vec![verb.to_string(), vmid.to_string()];
+        for (key, value) in options {
+            let value = if key == "sshkeys" && node != self.main_node {
+                let keys = std::fs::read(value).map_err(|e| {
+                    PveError::command(
+                        format!("qm {verb} {vmid}"),
+                        format!("cannot read the SSH keys file {value}: {e}"),
+                        2,
+                    )
+                })?;
+                stdin = Some(keys);
+                "/dev/stdin".to_string()
+            } else {
+                value.clone()
+            };
+            args.push(format!("--{key}"));
+            args.push(value);
+        }
+        let argv = self.runner.on_node(node, "qm", &args)?;
+        self.runner
+            .run(&argv, stdin.as_deref(), None)
+            .await
+            .map(drop)
     }
 
     /// The ssh argument vector for a VM: pvedeck's key only, no prompt, the
@@ -130,7 +172,7 @@ const INIT_COMMAND: &str = "f=$(mktemp) && cat > \"$f\" && \
 #[async_trait]
 impl Pve for CliBackend {
     async fn cluster_vms(&self) -> Result<Vec<VmResource>, PveError> {
-        self.pvesh(strings([
+        self.pvesh_list(strings([
             "get",
             "/cluster/resources",
             "--type",
@@ -142,7 +184,7 @@ impl Pve for CliBackend {
     }
 
     async fn cluster_nodes(&self) -> Result<Vec<NodeResource>, PveError> {
-        self.pvesh(strings([
+        self.pvesh_list(strings([
             "get",
             "/cluster/resources",
             "--type",
@@ -169,7 +211,7 @@ impl Pve for CliBackend {
         node: &str,
         timeframe: pvedeck_domain::types::Timeframe,
     ) -> Result<Vec<RrdRow>, PveError> {
-        self.pvesh(strings([
+        self.pvesh_list(strings([
             "get",
             &format!("/nodes/{node}/rrddata"),
             "--timeframe",
@@ -190,9 +232,7 @@ impl Pve for CliBackend {
     }
 
     async fn create(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
-        let mut args = vec!["create".to_string(), vmid.to_string()];
-        args.extend(option_args(options));
-        self.on(node, "qm", args).await.map(drop)
+        self.qm_with_files(node, "create", vmid, options).await
     }
 
     async fn import_disk(
@@ -203,8 +243,11 @@ impl Pve for CliBackend {
         storage: &str,
         out: LineSink<'_>,
     ) -> Result<String, PveError> {
+        // `qm disk import`: `qm importdisk` is the alias kept for old
+        // scripts (qemu-server `PVE/CLI/qm.pm`, `$cmddef`).
         let args = vec![
-            "importdisk".to_string(),
+            "disk".to_string(),
+            "import".to_string(),
             vmid.to_string(),
             image.file()?.to_string_lossy().into_owned(),
             storage.to_string(),
@@ -214,9 +257,7 @@ impl Pve for CliBackend {
     }
 
     async fn set(&self, node: &str, vmid: u32, options: &QmOptions) -> Result<(), PveError> {
-        let mut args = vec!["set".to_string(), vmid.to_string()];
-        args.extend(option_args(options));
-        self.on(node, "qm", args).await.map(drop)
+        self.qm_with_files(node, "set", vmid, options).await
     }
 
     async fn resize(
@@ -226,14 +267,9 @@ impl Pve for CliBackend {
         disk: &str,
         size: &str,
     ) -> Result<String, PveError> {
-        // The install grows to a size with `qm resize`, a resize by an amount with
-        // `qm disk resize`. Both exit 0 when their task failed: the engine
-        // reads the size back.
-        let mut args: Vec<String> = if size.starts_with('+') {
-            strings(["disk", "resize"])
-        } else {
-            strings(["resize"])
-        };
+        // `qm disk resize` (`qm resize` is its old alias): it exits 0 when
+        // its task failed, so the engine reads the size back.
+        let mut args: Vec<String> = strings(["disk", "resize"]);
         args.extend([vmid.to_string(), disk.to_string(), size.to_string()]);
         let out = self.on(node, "qm", args).await?;
         let printed = out.stderr.trim();
@@ -266,7 +302,16 @@ impl Pve for CliBackend {
     }
 
     async fn destroy(&self, node: &str, vmid: u32, skiplock: bool) -> Result<(), PveError> {
-        let mut args = vec!["destroy".to_string(), vmid.to_string(), "--purge".into()];
+        // `--destroy-unreferenced-disks 1`: a disk an interrupted import
+        // left unattached goes with the VM (it defaults to 0), as the api
+        // backend asks it too.
+        let mut args = strings([
+            "destroy",
+            &vmid.to_string(),
+            "--purge",
+            "--destroy-unreferenced-disks",
+            "1",
+        ]);
         if skiplock {
             args.push("--skiplock".into());
         }
@@ -334,7 +379,11 @@ impl Pve for CliBackend {
     }
 
     async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
-        let args = vec!["agent".to_string(), vmid.to_string(), "ping".into()];
+        // `qm guest cmd` (`qm agent` is its old alias).
+        let args = strings(["guest", "cmd"])
+            .into_iter()
+            .chain([vmid.to_string(), "ping".into()])
+            .collect();
         self.on(node, "qm", args).await.map(drop)
     }
 

@@ -33,6 +33,7 @@ pub fn agent_exec(command: &str, text: &str) -> Result<AgentExec, PveError> {
     #[derive(serde::Deserialize)]
     struct Report {
         exitcode: Option<i32>,
+        signal: Option<i32>,
         #[serde(rename = "out-data", default)]
         out: String,
         #[serde(rename = "err-data", default)]
@@ -44,6 +45,7 @@ pub fn agent_exec(command: &str, text: &str) -> Result<AgentExec, PveError> {
     })?;
     Ok(AgentExec {
         exitcode: report.exitcode,
+        signal: report.signal,
         out: report.out,
         err: report.err,
     })
@@ -97,14 +99,24 @@ pub fn qm_status(text: &str) -> Result<String, PveError> {
         })
 }
 
-/// `qm config <id>`: `key: value` lines.
+/// `qm config <id>`: `key: value` lines. The notes (`description`) come
+/// encoded on one line (`%0A`, `%3A`: qemu-server `PVE/CLI/qm.pm`'s `config`
+/// printer calls `encode_text`) and are decoded here, so that they read as
+/// the API returns them.
 pub fn qm_config(text: &str) -> Result<BTreeMap<String, String>, PveError> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {
             line.split_once(": ")
                 .or_else(|| line.strip_suffix(':').map(|k| (k, "")))
-                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .map(|(k, v)| {
+                    let value = if k.trim() == "description" {
+                        crate::escape::uri_unescape(v).into_owned()
+                    } else {
+                        v.to_string()
+                    };
+                    (k.trim().to_string(), value)
+                })
                 .ok_or_else(|| bad("qm config", format!("not 'key: value': '{line}'")))
         })
         .collect()
@@ -243,6 +255,20 @@ nas                    nfs   inactive               0               0           
     }
 
     #[test]
+    fn notes_come_decoded_as_the_api_gives_them() {
+        let config = qm_config(
+            "description: made by pvedeck%0Apvedeck-owner%3A alice\nname: web-107\nsshkeys: ssh-ed25519%20AAAA\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config["description"],
+            "made by pvedeck\npvedeck-owner: alice"
+        );
+        // Only the notes: `sshkeys` stays as Proxmox stores it.
+        assert_eq!(config["sshkeys"], "ssh-ed25519%20AAAA");
+    }
+
+    #[test]
     fn importdisk_both_final_line_forms() {
         let new = "importing disk 'debian-12-genericcloud-amd64.qcow2' to VM 101 ...\n\
                    transferred 0.0 B of 2.0 GiB (0.00%)\n\
@@ -270,16 +296,26 @@ nas                    nfs   inactive               0               0           
             AgentExec {
                 exitcode: Some(0),
                 out: "status: done\n".into(),
-                err: String::new(),
+                ..AgentExec::default()
             }
+        );
+        // Killed: qemu-ga reports the signal and no exit code.
+        let killed = "{\n   \"exited\" : 1,\n   \"signal\" : 9\n}\n";
+        let report = agent_exec("c", killed).unwrap();
+        assert_eq!((report.exitcode, report.signal), (None, Some(9)));
+        assert_eq!(
+            report
+                .output("cloud-init status --wait")
+                .map_err(|e| e.to_string()),
+            Err("cloud-init status --wait: killed by signal 9".into())
         );
         // Still running at the timeout: no exit code yet.
         let running = "{\n   \"exited\" : 0,\n   \"pid\" : 1234\n}\n";
         assert_eq!(agent_exec("c", running).unwrap().exitcode, None);
         let failed = AgentExec {
             exitcode: Some(1),
-            out: String::new(),
             err: "cat: /etc/machine-id: No such file or directory\n".into(),
+            ..AgentExec::default()
         };
         assert_eq!(
             failed
@@ -646,7 +682,7 @@ mod fuzz {
                 report["err-data"] = err.clone().into();
             }
             let text = format!("{}\n", serde_json::to_string_pretty(&report).unwrap());
-            prop_assert_eq!(agent_exec("c", &text).unwrap(), AgentExec { exitcode, out, err });
+            prop_assert_eq!(agent_exec("c", &text).unwrap(), AgentExec { exitcode, out, err, signal: None });
         }
     }
 

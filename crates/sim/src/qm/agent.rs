@@ -67,6 +67,8 @@ fn run_line(vm: &mut SimVm, line: &str) -> (i32, String, String) {
             }
             (0, String::new(), String::new())
         }
+        // The shell killing itself: what a command killed looks like.
+        ["kill", "-9", "$$"] => (137, String::new(), String::new()),
         [program, ..] => (127, String::new(), format!("sh: 1: {program}: not found\n")),
     }
 }
@@ -166,7 +168,7 @@ impl SimCluster {
             return Ok(AgentExec {
                 exitcode: Some(1),
                 out: format!("status: error\n{}\n", e.message()),
-                err: String::new(),
+                ..AgentExec::default()
             });
         }
         if argv.iter().any(|a| a.contains("cloud-init clean"))
@@ -174,16 +176,23 @@ impl SimCluster {
         {
             return Ok(AgentExec {
                 exitcode: Some(0),
-                out: String::new(),
-                err: String::new(),
+                ..AgentExec::default()
             });
         }
         let (code, out, err) = self.change(|s| {
             let vm = vm_mut(s, vmid).ok_or_else(|| fail(&command, "VM vanished"))?;
             Ok::<_, PveError>(run(vm, argv))
         })?;
+        // A command killed (SIGKILL, as `kill -9 $$` does) ends with a
+        // signal and no exit code, as qemu-ga reports it.
+        let (exitcode, signal) = if code == 137 && argv.iter().any(|a| a.contains("kill -9 $$")) {
+            (None, Some(9))
+        } else {
+            (Some(code), None)
+        };
         Ok(AgentExec {
-            exitcode: Some(code),
+            exitcode,
+            signal,
             out,
             err,
         })

@@ -43,13 +43,36 @@ fn links(s: &ClusterState, volid: &str) -> bool {
     })
 }
 
-/// A linked clone's volume on its base: `local-zfs:base-9000-disk-0/vm-107-disk-0`.
-fn linked_volume(base: &str, vmid: u32, n: usize, file_based: bool) -> String {
-    if file_based {
-        format!("{base}/{vmid}/vm-{vmid}-disk-{n}.qcow2")
-    } else {
-        format!("{base}/vm-{vmid}-disk-{n}")
+/// A linked clone's volume. ZFS and file storages name it on its base
+/// (`local-zfs:base-9000-disk-0/vm-107-disk-0`), which is what makes it
+/// a clone to `parse_volname` (pve-storage `ZFSPoolPlugin::clone_image`,
+/// `Plugin::clone_image`); an LVM-thin clone is a plain thin volume
+/// (`local-lvm:vm-107-disk-0`, `LvmThinPlugin::clone_image`), independent
+/// of its base once made.
+fn linked_volume(base: &str, vmid: u32, n: usize, kind: &str) -> String {
+    let storage = base.split(':').next().unwrap_or_default();
+    match kind {
+        "lvmthin" => format!("{storage}:vm-{vmid}-disk-{n}"),
+        "dir" | "nfs" | "cifs" | "btrfs" => format!("{base}/{vmid}/vm-{vmid}-disk-{n}.qcow2"),
+        _ => format!("{base}/vm-{vmid}-disk-{n}"),
     }
+}
+
+/// The base a volume is a linked clone of, as `parse_volname` reports it
+/// (pve-storage: `ZFSPoolPlugin`/`Plugin::parse_volname` return it as
+/// `$basename`): `None` for LVM-thin and RBD clones and for any volume
+/// that is not a clone.
+pub(crate) fn clone_base(volid: &str) -> Option<&str> {
+    let (_, name) = volid.split_once(':')?;
+    let (base, _) = name.split_once('/')?;
+    // `local:9000/base-9000-disk-0.qcow2/107/…`: the file storage's folder
+    // comes first.
+    let base = if base.chars().all(|c| c.is_ascii_digit()) {
+        name.split('/').nth(1)?
+    } else {
+        base
+    };
+    base.starts_with("base-").then_some(base)
 }
 
 fn full_volume(storage: &str, vmid: u32, n: usize, file_based: bool) -> String {
@@ -99,6 +122,10 @@ fn plan(
         };
         let storage = volid.split(':').next().unwrap_or_default();
         let file_based = s.storage(storage).is_some_and(|st| st.is_file_based());
+        let kind = s
+            .storage(storage)
+            .map(|st| st.kind.clone())
+            .unwrap_or_default();
         let (new, how) = if volid.contains("-cloudinit") {
             (format!("{storage}:vm-{vmid}-cloudinit"), "full")
         } else if mode == CloneMode::Linked {
@@ -109,7 +136,7 @@ fn plan(
                 ));
             }
             disks += 1;
-            (linked_volume(volid, vmid, disks - 1, file_based), "linked")
+            (linked_volume(volid, vmid, disks - 1, &kind), "linked")
         } else {
             disks += 1;
             copy_bytes += size;
@@ -312,12 +339,30 @@ mod tests {
     #[test]
     fn linked_volumes_sit_on_their_base() {
         assert_eq!(
-            linked_volume("local-zfs:base-9000-disk-0", 107, 0, false),
+            linked_volume("local-zfs:base-9000-disk-0", 107, 0, "zfspool"),
             "local-zfs:base-9000-disk-0/vm-107-disk-0"
         );
         assert_eq!(
-            linked_volume("local:9000/base-9000-disk-0.qcow2", 107, 0, true),
+            linked_volume("local:9000/base-9000-disk-0.qcow2", 107, 0, "dir"),
             "local:9000/base-9000-disk-0.qcow2/107/vm-107-disk-0.qcow2"
         );
+        assert_eq!(
+            linked_volume("local-lvm:base-9000-disk-0", 107, 1, "lvmthin"),
+            "local-lvm:vm-107-disk-1"
+        );
+    }
+
+    #[test]
+    fn a_clone_names_its_base_where_the_plugin_does() {
+        assert_eq!(
+            clone_base("local-zfs:base-9000-disk-0/vm-107-disk-0"),
+            Some("base-9000-disk-0")
+        );
+        assert_eq!(
+            clone_base("local:9000/base-9000-disk-0.qcow2/107/vm-107-disk-0.qcow2"),
+            Some("base-9000-disk-0.qcow2")
+        );
+        assert_eq!(clone_base("local-lvm:vm-107-disk-0"), None);
+        assert_eq!(clone_base("local:107/vm-107-disk-0.raw"), None);
     }
 }

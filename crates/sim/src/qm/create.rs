@@ -207,11 +207,17 @@ impl SimCluster {
         Ok(volid)
     }
 
+    /// `qm destroy <vmid> --purge [--skiplock]
+    /// [--destroy-unreferenced-disks 1]`. Without the last, a disk the
+    /// config does not reference (an import cut short before its
+    /// `qm set`) stays on its storage (qemu-server `PVE/API2/Qemu.pm`,
+    /// `destroy_vm`: `destroy-unreferenced-disks` defaults to 0).
     pub async fn qm_destroy(
         &self,
         node: &str,
         vmid: u32,
         skiplock: bool,
+        unreferenced: bool,
     ) -> Result<Vec<String>, PveError> {
         let command = format!("qm destroy {vmid}");
         self.strike("destroy", Some(vmid), &command).await?;
@@ -233,7 +239,25 @@ impl SimCluster {
             Ok(())
         })?;
         self.clock.sleep(timing::DESTROY).await;
-        self.change(|s| s.vms.remove(&vmid));
+        self.change(|s| {
+            let Some(vm) = s.vms.remove(&vmid) else {
+                return;
+            };
+            if unreferenced {
+                return;
+            }
+            for (volid, size) in vm.volumes {
+                let referenced = vm.config.iter().any(|(key, value)| {
+                    !key.starts_with("unused") && value.split(',').next() == Some(volid.as_str())
+                }) || vm
+                    .config
+                    .iter()
+                    .any(|(key, value)| key.starts_with("unused") && value == &volid);
+                if !referenced {
+                    s.orphans.insert(volid, (vm.node.clone(), size));
+                }
+            }
+        });
         Ok(vec![format!(
             "purging VM {vmid} from related configurations.."
         )])

@@ -40,6 +40,18 @@ impl SimCluster {
             }
             let volumes: Vec<(String, u64)> =
                 vm.volumes.iter().map(|(v, b)| (v.clone(), *b)).collect();
+            // A linked clone on a local storage cannot move: its base stays
+            // behind (qemu-server `PVE/QemuMigrate.pm`, `scan_local_volumes`).
+            for (volid, _) in &volumes {
+                let storage = volid.split(':').next().unwrap_or_default();
+                let local = s.storage(storage).is_none_or(|st| !st.is_shared());
+                if let (true, Some(base)) = (local, super::clone::clone_base(volid)) {
+                    return Err(fail(
+                        &command,
+                        format!("can't migrate '{volid}' as it's a clone of '{base}'"),
+                    ));
+                }
+            }
             let ip = target_node
                 .ip
                 .map_or_else(|| target.to_string(), |ip| ip.to_string());

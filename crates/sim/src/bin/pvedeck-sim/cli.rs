@@ -90,7 +90,11 @@ fn run(argv: Vec<String>) -> i32 {
     };
     sim.record_argv(&argv);
     runtime.block_on(async {
-        let face = Face { sim: &sim, node };
+        let face = Face {
+            sim: &sim,
+            node,
+            remote: false,
+        };
         match face.tool(&argv).await {
             Ok(code) => code,
             Err(e) => face.fail(e),
@@ -114,6 +118,9 @@ struct Face<'a> {
     sim: &'a SimCluster,
     /// The node this command runs on.
     node: String,
+    /// Reached through the `ssh` stand-in: the command runs on another
+    /// machine than its caller's, whose files it cannot read.
+    remote: bool,
 }
 
 /// Options that take no value (a bare `--purge` means 1).
@@ -241,6 +248,30 @@ fn out(line: &str) {
     let _ = stdout.flush();
 }
 
+/// Options with their file arguments resolved, and the file that must
+/// live as long as the command.
+type WithFiles = (Vec<(String, String)>, Option<TempKeys>);
+
+/// Keys read from stdin, in a file for the library's `qm set`.
+struct TempKeys(std::path::PathBuf);
+
+impl TempKeys {
+    fn write(text: &str) -> std::io::Result<TempKeys> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("pvedeck-sim-sshkeys-{}-{n}", std::process::id()));
+        std::fs::write(&path, text)?;
+        Ok(TempKeys(path))
+    }
+}
+
+impl Drop for TempKeys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 impl Face<'_> {
     fn fail(&self, e: PveError) -> i32 {
         let (message, exit) = match &e {
@@ -277,6 +308,43 @@ impl Face<'_> {
                 Ok(2)
             }
         }
+    }
+
+    /// `--sshkeys FILE` as `qm` reads it: on the node where it runs
+    /// (qemu-server `PVE/CLI/qm.pm`, `param_mapping`). Run through `ssh`,
+    /// the caller's files are not there: only `/dev/stdin` (what the
+    /// caller piped into `ssh`) can be read. The keys read from it are
+    /// handed on in a file of this process, removed when it is dropped.
+    fn files_on_node(
+        &self,
+        verb: &str,
+        options: &[(String, String)],
+    ) -> Result<WithFiles, PveError> {
+        let mut kept = None;
+        let mut out = Vec::with_capacity(options.len());
+        for (key, value) in options {
+            if key != "sshkeys" || !self.remote {
+                out.push((key.clone(), value.clone()));
+                continue;
+            }
+            let cant_open = || {
+                PveError::command(
+                    format!("qm {verb}"),
+                    format!("can't open '{value}' - No such file or directory"),
+                    255,
+                )
+            };
+            if value != "/dev/stdin" {
+                return Err(cant_open());
+            }
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|_| cant_open())?;
+            let file = TempKeys::write(&text).map_err(|_| cant_open())?;
+            out.push((key.clone(), file.0.to_string_lossy().into_owned()));
+            kept = Some(file);
+        }
+        Ok((out, kept))
     }
 
     async fn qm(&self, args: &[String]) -> Result<i32, PveError> {
@@ -353,12 +421,16 @@ impl Face<'_> {
                 if !result.err.is_empty() {
                     json.insert("err-data".into(), Value::from(result.err));
                 }
-                match result.exitcode {
-                    Some(code) => {
+                match (result.exitcode, result.signal) {
+                    (Some(code), _) => {
                         json.insert("exitcode".into(), Value::from(code));
                         json.insert("exited".into(), Value::from(1));
                     }
-                    None => {
+                    (None, Some(signal)) => {
+                        json.insert("signal".into(), Value::from(signal));
+                        json.insert("exited".into(), Value::from(1));
+                    }
+                    (None, None) => {
                         json.insert("exited".into(), Value::from(0));
                     }
                 }
@@ -368,11 +440,12 @@ impl Face<'_> {
                 out(&pretty(&Value::Object(json)));
             }
             "create" => {
-                sim.qm_create(node, vmid(p.first())?, &parsed.options)
-                    .await?
+                let (options, _keys) = self.files_on_node(&verb, &parsed.options)?;
+                sim.qm_create(node, vmid(p.first())?, &options).await?
             }
             "set" => {
-                for line in sim.qm_set(node, vmid(p.first())?, &parsed.options).await? {
+                let (options, _keys) = self.files_on_node(&verb, &parsed.options)?;
+                for line in sim.qm_set(node, vmid(p.first())?, &options).await? {
                     out(&line);
                 }
             }
@@ -400,6 +473,13 @@ impl Face<'_> {
             }
             "config" => {
                 for (key, value) in sim.qm_config(node, vmid(p.first())?).await? {
+                    // The notes on one line, as qm.pm's `config` printer
+                    // passes them through `encode_text`.
+                    let value = if key == "description" {
+                        pvedeck_proxmox::escape::encode_text(&value)
+                    } else {
+                        value
+                    };
                     out(&format!("{key}: {value}"));
                 }
             }
@@ -420,7 +500,11 @@ impl Face<'_> {
             }
             "destroy" => {
                 let skiplock = flag(&parsed.options, "skiplock");
-                for line in sim.qm_destroy(node, vmid(p.first())?, skiplock).await? {
+                let unreferenced = flag(&parsed.options, "destroy-unreferenced-disks");
+                for line in sim
+                    .qm_destroy(node, vmid(p.first())?, skiplock, unreferenced)
+                    .await?
+                {
                     out(&line);
                 }
             }
@@ -605,6 +689,7 @@ impl Face<'_> {
             let face = Face {
                 sim: self.sim,
                 node,
+                remote: true,
             };
             return Box::pin(face.tool(&words)).await;
         }

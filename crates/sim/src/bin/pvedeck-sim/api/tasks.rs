@@ -61,12 +61,23 @@ impl TaskLog {
     }
 
     pub fn line(&self, line: &str) {
+        self.write(&format!("{line}\n"));
+    }
+
+    /// Text without its newline yet, as `print "calculating checksum...";`
+    /// leaves the log's last line unfinished until the next print ends it
+    /// (pve-common `PVE/Tools.pm`, `download_file_from_url`).
+    pub fn part(&self, text: &str) {
+        self.write(text);
+    }
+
+    fn write(&self, text: &str) {
         let Some(file) = &self.file else { return };
         let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(file)
-            .and_then(|mut f| writeln!(f, "{line}"));
+            .and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(e) = written {
             tracing::warn!("sim api: cannot write {}: {e}", file.display());
         }

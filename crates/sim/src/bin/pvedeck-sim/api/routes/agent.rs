@@ -52,12 +52,16 @@ pub async fn exec_status(State(api): State<Arc<Api>>, VmParams(vm, params): VmPa
         return Err(ApiError::new(500, "Agent error: Invalid parameter 'pid'"));
     };
     let mut out = serde_json::Map::new();
-    match result.exitcode {
-        Some(code) => {
+    match (result.exitcode, result.signal) {
+        (Some(code), _) => {
             out.insert("exited".into(), json!(1));
             out.insert("exitcode".into(), json!(code));
         }
-        None => {
+        (None, Some(signal)) => {
+            out.insert("exited".into(), json!(1));
+            out.insert("signal".into(), json!(signal));
+        }
+        (None, None) => {
             out.insert("exited".into(), json!(0));
         }
     }

@@ -143,6 +143,38 @@ pub async fn nextid(State(api): State<Arc<Api>>, params: Params) -> ApiResult {
 
 /// The token's effective privileges on `path` (or on `/`), as
 /// `{"<path>":{"<priv>":1,…}}` (1 = propagate).
+/// `GET /cluster/options`: datacenter.cfg as pve-cluster's
+/// `PVE/DataCenterConfig.pm` parses it (`user-tag-access` an object, its
+/// `user-allow-list` and `registered-tags` lists split at `;`), here only
+/// what `SIM_USER_TAG_ACCESS` (`user-allow=list,user-allow-list=a;b`) and
+/// `SIM_REGISTERED_TAGS` (`a;b`) set. Needs `Sys.Audit` on `/`
+/// (pve-manager `PVE/API2/Cluster.pm`, `get_options`).
+pub async fn options(State(api): State<Arc<Api>>) -> ApiResult {
+    api.privs.require("/", "Sys.Audit")?;
+    let mut out = serde_json::Map::new();
+    let split = |v: &str| -> Value {
+        v.split(';')
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .into()
+    };
+    if let Ok(access) = std::env::var("SIM_USER_TAG_ACCESS") {
+        let mut fields = serde_json::Map::new();
+        for pair in access.split(',') {
+            match pair.split_once('=') {
+                Some(("user-allow-list", v)) => fields.insert("user-allow-list".into(), split(v)),
+                Some((k, v)) => fields.insert(k.to_string(), json!(v)),
+                None => fields.insert("user-allow".into(), json!(pair)),
+            };
+        }
+        out.insert("user-tag-access".into(), Value::Object(fields));
+    }
+    if let Ok(tags) = std::env::var("SIM_REGISTERED_TAGS") {
+        out.insert("registered-tags".into(), split(&tags));
+    }
+    Ok(data(Value::Object(out)))
+}
+
 pub async fn permissions(State(api): State<Arc<Api>>, params: Params) -> ApiResult {
     let path = params.get("path").unwrap_or("/").to_string();
     let privs: serde_json::Map<String, Value> =

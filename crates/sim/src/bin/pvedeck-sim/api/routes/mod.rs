@@ -29,6 +29,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api2/json/version", get(cluster::version))
         .route("/api2/json/cluster/resources", get(cluster::resources))
         .route("/api2/json/cluster/nextid", get(cluster::nextid))
+        .route("/api2/json/cluster/options", get(cluster::options))
         .route("/api2/json/access/permissions", get(cluster::permissions))
         .route("/api2/json/nodes", get(cluster::nodes))
         .route("/api2/json/nodes/{node}/status", get(cluster::node_status))

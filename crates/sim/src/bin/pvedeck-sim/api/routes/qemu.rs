@@ -617,7 +617,7 @@ pub async fn power(
 pub async fn destroy(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -> ApiResult {
     refuse_root_only(&params, &["skiplock"])?;
     params.flag("purge")?;
-    params.flag("destroy-unreferenced-disks")?;
+    let unreferenced = params.flag("destroy-unreferenced-disks")?;
     vm.open(&api, &["VM.Allocate"])?;
     let Vm { node, id } = vm;
     if api.sim.read(|s| s.vms.get(&id).is_some_and(|v| v.running)) {
@@ -630,7 +630,11 @@ pub async fn destroy(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams
     let upid = api.tasks.spawn(
         api.tasks.upid(&node, "qmdestroy", &id.to_string()),
         move |log| async move {
-            for line in task_api.sim.qm_destroy(&node, id, false).await? {
+            for line in task_api
+                .sim
+                .qm_destroy(&node, id, false, unreferenced)
+                .await?
+            {
                 log.line(&line);
             }
             Ok(())
