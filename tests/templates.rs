@@ -63,6 +63,10 @@ async fn a_template_is_built_listed_apart_from_vms_and_deleted() {
             "qm guest exec 9001 -- sh -c cloud-init clean --logs --machine-id && rm -f /etc/ssh/ssh_host_*"
         ) < at("qm template 9001")
     );
+    // A cloud image's 2 GiB disk cannot hold the init script's swap file
+    // (found on a real guest): the template grows to the smallest disk a
+    // clone may ask for before it first boots.
+    assert!(at("qm resize 9001 scsi0 16G") < at("qm start 9001"));
 
     let mut templates = common::json(&format!("{url}/api/templates")).await;
     let built = templates[0]
@@ -280,7 +284,7 @@ async fn a_clone_install_builds_the_template_once_links_to_it_and_is_ready_when_
     let ran = common::commands(&server).await;
     assert!(
         ran.iter()
-            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name {vmid} --full 0"))),
+            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name vm-{vmid} --full 0"))),
         "{ran:#?}"
     );
     assert_eq!(
@@ -672,7 +676,7 @@ async fn a_clone_for_another_node_on_zfs_is_a_full_copy_that_migrates() {
     let ran = common::commands(&server).await;
     assert!(
         ran.iter()
-            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name {vmid} --full 1"))),
+            .any(|c| c.starts_with(&format!("qm clone 9001 {vmid} --name vm-{vmid} --full 1"))),
         "{ran:#?}"
     );
     let vm = common::vm(url, vmid).await.expect("listed");

@@ -64,6 +64,34 @@ fn clone_mode(kind: &str, elsewhere: bool) -> (CloneMode, Option<&'static str>) 
     }
 }
 
+/// What failed, from `cloud-init status --long`: the `errors:` section
+/// where there is one (cloud-init 23.4 and later list them there and keep
+/// `detail:` for the datasource), else `detail:` (22.4, Debian 12, puts
+/// the errors there). Sections end at the next `key:` line.
+fn cloud_init_errors(long: &str) -> String {
+    let section = |name: &str| -> Vec<&str> {
+        long.lines()
+            .skip_while(|l| l.trim_end() != name)
+            .skip(1)
+            .take_while(|l| {
+                let header = l.split_once(':').is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                });
+                !header
+            })
+            .map(|l| l.trim().trim_start_matches("- ").trim())
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    let errors = section("errors:");
+    let lines = if errors.is_empty() {
+        section("detail:")
+    } else {
+        errors
+    };
+    lines.join("\n")
+}
+
 impl Engine {
     pub(super) async fn clone_steps(
         self: &Arc<Self>,
@@ -297,16 +325,38 @@ impl Engine {
                 Cleanup::Keep,
             ));
         }
-        let words = if said.is_empty() {
-            report.err.trim()
+        let mut words = if said.is_empty() {
+            report.err.trim().to_string()
         } else {
-            said
+            said.to_string()
         };
+        // `--wait` prints only `status: error` (cloud-init's `cmd/status.py`);
+        // what failed is in `--long`'s detail, the guest's own words.
+        if words.lines().count() <= 1
+            && let Some(detail) = self.cloud_init_detail(node, vmid).await
+        {
+            words = format!("{words}\n{detail}");
+        }
         Err(Failure::new(
             step,
-            format!("[-] cloud-init reported an error: {}", one_line(words)),
+            format!("[-] cloud-init reported an error: {}", one_line(&words)),
             Cleanup::Keep,
         ))
+    }
+
+    /// `cloud-init status --long`'s `detail:` and `errors:` (newer
+    /// releases list the errors apart), if the agent answers.
+    async fn cloud_init_detail(&self, node: &str, vmid: u32) -> Option<String> {
+        let argv: Vec<String> = ["cloud-init", "status", "--long"]
+            .map(String::from)
+            .to_vec();
+        let report = self
+            .proxmox
+            .agent_exec(node, vmid, &argv, false)
+            .await
+            .ok()?;
+        let detail = cloud_init_errors(&report.out);
+        (!detail.is_empty()).then_some(detail)
     }
 
     /// Stage `template`: the release's ready template, built first (a job
@@ -401,6 +451,23 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cloud_init_s_own_words_are_read_from_its_long_status() {
+        // Debian 12's cloud-init 22.4: the errors are the detail.
+        let old = "status: error\ntime: Sun, 06 Dec 2026 13:20:01 +0000\ndetail:\n\
+                   ('bootcmd', ProcessExecutionError(\"Stderr: planted\"))\n";
+        assert_eq!(
+            cloud_init_errors(old),
+            "('bootcmd', ProcessExecutionError(\"Stderr: planted\"))"
+        );
+        // 23.4 and later: the datasource is the detail, the errors a list.
+        let new = "status: error\nextended_status: error - done\ndetail:\n\
+                   DataSourceNoCloud [seed=/dev/sr0]\nerrors:\n\t- Failed: bootcmd\n\
+                   recoverable_errors: {}\n";
+        assert_eq!(cloud_init_errors(new), "Failed: bootcmd");
+        assert_eq!(cloud_init_errors("status: error\n"), "");
+    }
 
     #[test]
     fn only_copy_on_write_storages_link_clones() {

@@ -368,11 +368,8 @@ impl Engine {
 
         let step = Step::new(out, Some("preparation"), "setting default config values");
         step.processing("[*] set default config values");
-        let name = if req.name.is_empty() {
-            vmid.to_string()
-        } else {
-            format!("{}-{vmid}", req.name)
-        };
+        let clone = req.method.unwrap_or(cfg.install_method) == InstallMethod::Clone;
+        let name = pvedeck_domain::rules::vm_name(&req.name, vmid, clone);
         step.success(&format!(
             "[+] default config values set (name {name}, user {})",
             req.user

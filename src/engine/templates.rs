@@ -430,6 +430,12 @@ impl Engine {
             .await
             .map_err(|e| fail(&e))?;
         drop(keys);
+        // A cloud image's disk is about 2 GiB, too small for the init
+        // script (its 2 GiB swap file); the smallest disk a clone may ask
+        // for costs a thin base nothing and never makes a clone shrink.
+        self.resize_to(&step, node, vmid, pvedeck_domain::rules::MIN_DISK_GB)
+            .await
+            .map_err(|e| fail(&e))?;
         step.success("[+] cloud-init set: pvedeck's key, the borrowed address");
 
         self.forget_host(ip);

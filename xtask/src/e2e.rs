@@ -184,6 +184,16 @@ pub fn binary(root: &Path, bin: &str, out: &Path) -> Command {
     command
 }
 
+/// [`start`] for another lane's processes (the guest lane's mirror).
+pub fn start_logged(
+    command: Command,
+    out: &Path,
+    log: &str,
+    scheme: &'static str,
+) -> Result<(Server, String), Failed> {
+    start(command, out, log, scheme)
+}
+
 /// Starts `command` (a pvedeck server of some kind), its output in
 /// `out/<log>`, and waits for the first word on its standard output that
 /// begins with `scheme`: the URL it prints once it listens.

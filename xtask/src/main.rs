@@ -12,6 +12,7 @@
 mod bench;
 mod deb;
 mod e2e;
+mod guest;
 mod http;
 mod run;
 mod setup;
@@ -25,7 +26,7 @@ use std::time::Instant;
 
 use run::{Failed, cargo};
 
-const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb|docs|tidy>
+const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb|docs|tidy|guest>
   serve  set up, build (release) and run the server on the simulated cluster
   test   set up and run every check and test (what CI runs)
   site   build only the browser bundle into target/site
@@ -38,7 +39,10 @@ const USAGE: &str = "usage: cargo xtask <serve|test|site|e2e|bench|soak|deb|docs
          (target/debian/pvedeck_<version>_<arch>.deb)
   docs   write docs/configuration.md and docs/openapi.json from the code
   tidy   check the repository's shape: links into docs/, README's size,
-         no import cycle between modules";
+         no import cycle between modules
+  guest  build a Debian 12 guest image once, run the pipeline against real
+         QEMU guests (import install, template, two clones, destroy), with
+         each stage's time (minutes: not part of `test`)";
 
 pub(crate) fn root() -> PathBuf {
     // xtask/ lives directly under the workspace root.
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
             .and_then(|deb| deb::check(&root, &deb)),
         Some("docs") => docs(&root),
         Some("tidy") => run::step("repository checks", || tidy::run(&root)),
+        Some("guest") => guest::lane::run(&root, build_server),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);

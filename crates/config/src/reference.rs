@@ -594,6 +594,30 @@ pub const ELSEWHERE: &[(&str, &str, &str, &str)] = &[
         "The node a stand-in runs on.",
     ),
     (
+        "SIM_GUESTS",
+        "the stand-ins",
+        "unset (simulated guests)",
+        "`qemu`: the VMs are real QEMU machines booted from `SIM_GUEST_DIR`'s image (`cargo xtask guest`).",
+    ),
+    (
+        "SIM_GUEST_DIR",
+        "the stand-ins",
+        "none",
+        "With `SIM_GUESTS=qemu`: the directory of the guest image's `vmlinuz` and `initrd.img`.",
+    ),
+    (
+        "SIM_REAL_SSH",
+        "the `ssh` stand-in",
+        "`/usr/bin/ssh`",
+        "With `SIM_GUESTS=qemu`: the `ssh` a connection to a VM is handed to.",
+    ),
+    (
+        "SIM_MIRROR_DIR",
+        "`pvedeck-sim mirror`",
+        "none",
+        "A directory whose files the mirror serves before its own (the guest lane's image and `SHA512SUMS`).",
+    ),
+    (
         "PVEDECK_URL",
         "`pvedeck-cli`",
         "`http://127.0.0.1:8080`",

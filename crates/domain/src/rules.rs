@@ -20,6 +20,21 @@ pub const MIN_RAM_MB: u64 = 512;
 /// The cloud images need this much disk (GB).
 pub const MIN_DISK_GB: u64 = 16;
 
+/// A VM's name: `<name>-<vmid>`, or go-pve-qemu's bare `<vmid>` when the
+/// request names none. A clone (pvedeck's own path) is `vm-<vmid>` then:
+/// Proxmox writes the name unquoted as cloud-init's `hostname:`
+/// (qemu-server `PVE/QemuServer/Cloudinit.pm`, `cloudinit_userdata`), so
+/// `hostname: 106` is a number to YAML, cloud-init's `set_hostname` fails
+/// and `cloud-init status` says `error` — which a clone's readiness reads
+/// (seen on a real guest, `cargo xtask guest`).
+pub fn vm_name(asked: &str, vmid: u32, clone: bool) -> String {
+    match (asked.is_empty(), clone) {
+        (false, _) => format!("{asked}-{vmid}"),
+        (true, false) => vmid.to_string(),
+        (true, true) => format!("vm-{vmid}"),
+    }
+}
+
 /// A request refused because of what it holds: a 400, its message naming
 /// the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,6 +281,14 @@ pub fn local_path(next: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clone_is_never_named_by_digits_alone() {
+        assert_eq!(vm_name("", 106, false), "106");
+        assert_eq!(vm_name("", 106, true), "vm-106");
+        assert_eq!(vm_name("web", 106, true), "web-106");
+        assert_eq!(vm_name("web", 106, false), "web-106");
+    }
 
     #[test]
     fn a_sign_in_goes_back_to_this_server_only() {

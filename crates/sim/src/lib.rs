@@ -7,8 +7,10 @@
 pub mod faults;
 mod guest;
 pub mod internet;
+pub mod machine;
 pub mod params;
 pub mod qm;
+pub mod real;
 pub mod rrd;
 mod seed;
 pub mod state;
@@ -70,6 +72,8 @@ pub struct SimCluster {
     clock: Clock,
     jitter: f64,
     gateway: Ipv4Addr,
+    /// `SIM_GUESTS=qemu`: the VMs are real QEMU machines (`real`).
+    real: Option<real::RealGuests>,
 }
 
 /// The saved state of `dir`, or the demo cluster when there is none yet.
@@ -113,6 +117,7 @@ impl SimCluster {
             clock: Clock::new(settings.speed),
             jitter: settings.jitter,
             gateway: settings.gateway,
+            real: None,
         }
     }
 
@@ -132,7 +137,26 @@ impl SimCluster {
     pub fn shared(dir: &Path, settings: &SimSettings) -> Result<SimCluster, SimError> {
         let state = load_or_seed(dir, settings)?;
         let store = Store::shared(dir.to_path_buf(), state);
-        Ok(SimCluster::with_store(store, settings))
+        let mut sim = SimCluster::with_store(store, settings);
+        // Only the outer faces boot real guests: they run as the node's
+        // commands would, one process per command.
+        sim.real = real::RealGuests::from_env(dir);
+        Ok(sim)
+    }
+
+    /// The volumes of VM `vmid` (none when it is gone).
+    pub(crate) fn volids(&self, vmid: u32) -> Vec<String> {
+        self.read(|s| {
+            s.vms
+                .get(&vmid)
+                .map(|vm| vm.volumes.keys().cloned().collect())
+        })
+        .unwrap_or_default()
+    }
+
+    /// Whether the VMs are real QEMU machines (`SIM_GUESTS=qemu`).
+    pub fn has_real_guests(&self) -> bool {
+        self.real.is_some()
     }
 
     /// Runs `f` on the state and saves what it changed.
@@ -442,10 +466,10 @@ impl Pve for SimCluster {
         node: &str,
         vmid: u32,
         argv: &[String],
-        _timeout_secs: u32,
+        timeout_secs: u32,
     ) -> Result<AgentExec, PveError> {
         self.start_up().await;
-        self.qm_guest_exec(node, vmid, argv).await
+        self.qm_guest_exec(node, vmid, argv, timeout_secs).await
     }
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {

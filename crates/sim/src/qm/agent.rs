@@ -54,6 +54,13 @@ fn run_line(vm: &mut SimVm, line: &str) -> (i32, String, String) {
         ["cloud-init", "status", rest @ ..] if rest.iter().all(|w| *w == "--wait") => {
             (0, "status: done\n".to_string(), String::new())
         }
+        ["cloud-init", "status", "--long"] => (
+            0,
+            "status: done\ntime: Sun, 06 Dec 2026 12:00:00 +0000\ndetail:\n\
+             DataSourceNoCloud [seed=/dev/sr0][dsmode=net]\n"
+                .to_string(),
+            String::new(),
+        ),
         ["cloud-init", "clean", flags @ ..] => {
             if flags.contains(&"--machine-id") {
                 // An empty file: the next boot writes a new id.
@@ -109,6 +116,10 @@ impl SimCluster {
     pub async fn qm_agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
         let command = format!("qm agent {vmid} ping");
         self.record(&command);
+        if let Some(real) = &self.real {
+            self.read(|s| vm_on(s, node, vmid, &command, false).map(drop))?;
+            return real.ping(vmid, &command).await;
+        }
         self.agent_there(node, vmid, &command).await
     }
 
@@ -157,17 +168,33 @@ impl SimCluster {
         node: &str,
         vmid: u32,
         argv: &[String],
+        timeout_secs: u32,
     ) -> Result<AgentExec, PveError> {
         let command = format!("qm guest exec {vmid} -- {}", argv.join(" "));
         self.record(&command);
+        if let Some(real) = &self.real {
+            self.read(|s| vm_on(s, node, vmid, &command, false).map(drop))?;
+            let timeout = std::time::Duration::from_secs(u64::from(timeout_secs));
+            return real.exec(vmid, argv, timeout, &command).await;
+        }
         self.agent_there(node, vmid, &command).await?;
         if argv.first().is_some_and(|p| p == "cloud-init")
             && let Err(e) = self.fault("cloud-init", Some(vmid), &command).await
         {
-            // cloud-init ran and failed: its status says so.
+            // cloud-init ran and failed: `--wait` says only so (22.4's
+            // `cmd/status.py`), `--long` names what failed in its detail.
+            let out = if argv.iter().any(|a| a == "--long") {
+                format!(
+                    "status: error\ntime: {}\ndetail:\n{}\n",
+                    "Sun, 06 Dec 2026 12:00:00 +0000",
+                    e.message()
+                )
+            } else {
+                "status: error\n".to_string()
+            };
             return Ok(AgentExec {
                 exitcode: Some(1),
-                out: format!("status: error\n{}\n", e.message()),
+                out,
                 ..AgentExec::default()
             });
         }

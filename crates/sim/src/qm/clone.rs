@@ -90,6 +90,8 @@ struct Plan {
     volumes: BTreeMap<String, u64>,
     lines: Vec<String>,
     copy_bytes: u64,
+    /// (the source's volume, the clone's, linked): what real guests copy.
+    disks: Vec<(String, String, bool)>,
 }
 
 fn plan(
@@ -105,6 +107,7 @@ fn plan(
     let mut lines = Vec::new();
     let mut copy_bytes = 0;
     let mut disks = 0;
+    let mut copies = Vec::new();
     for (key, value) in &source.config {
         if matches!(
             key.as_str(),
@@ -142,6 +145,9 @@ fn plan(
             copy_bytes += size;
             (full_volume(storage, vmid, disks - 1, file_based), "full")
         };
+        if !volid.contains("-cloudinit") {
+            copies.push((volid.to_string(), new.clone(), how == "linked"));
+        }
         lines.push(format!("create {how} clone of drive {key} ({volid})"));
         volumes.insert(new.clone(), size);
         config.insert(key.clone(), format!("{new}{rest}"));
@@ -168,6 +174,7 @@ fn plan(
         volumes,
         lines,
         copy_bytes,
+        disks: copies,
     })
 }
 
@@ -205,6 +212,13 @@ impl SimCluster {
         let command = format!("qm template {vmid}");
         self.fault("template", Some(vmid), &command).await?;
         self.clock.sleep(timing::TEMPLATE).await;
+        if let Some(real) = &self.real {
+            let volumes = self.volids(vmid);
+            for volid in volumes {
+                real.rename(&volid, &base_name(&volid, vmid), &command)
+                    .await?;
+            }
+        }
         self.change(|s| {
             let vm = vm_mut(s, vmid).ok_or_else(|| fail(&command, "VM vanished"))?;
             vm.volumes = std::mem::take(&mut vm.volumes)
@@ -260,6 +274,14 @@ impl SimCluster {
         if let Err(e) = self.fault("clone", Some(vmid), &command).await {
             self.change(|s| s.vms.remove(&vmid));
             return Err(e);
+        }
+        if let Some(real) = &self.real {
+            for (source, volid, linked) in &plan.disks {
+                if let Err(e) = real.clone_disk(source, volid, *linked, &command).await {
+                    self.change(|s| s.vms.remove(&vmid));
+                    return Err(e);
+                }
+            }
         }
         for line in &plan.lines {
             out(line);

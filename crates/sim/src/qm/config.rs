@@ -134,7 +134,7 @@ impl SimCluster {
                 format!("400 Parameter verification failed.\nsize: value '{size}' does not match the regex pattern"),
             )
         })?;
-        self.change(|s| {
+        let resized = self.change(|s| {
             vm_on(s, node, vmid, &command, false)?;
             let vm = vm_mut(s, vmid).ok_or_else(|| fail(&command, "VM vanished"))?;
             let drive = vm
@@ -163,9 +163,12 @@ impl SimCluster {
             }
             value.push_str(&format!(",size={}", format_size(wanted)));
             vm.config.insert(disk.to_string(), value);
-            vm.volumes.insert(volid, wanted);
-            Ok(())
+            vm.volumes.insert(volid.clone(), wanted);
+            Ok((volid, wanted))
         })?;
+        if let Some(real) = &self.real {
+            real.resize(&resized.0, resized.1, &command).await?;
+        }
         self.clock.sleep(timing::RESIZE).await;
         Ok(())
     }

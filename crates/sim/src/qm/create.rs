@@ -167,6 +167,9 @@ impl SimCluster {
                 )
             })?;
         let size = virtual_size(image, file_len).max(1);
+        if let Some(real) = &self.real {
+            real.import(image, &volid, &command).await?;
+        }
 
         let name = image
             .file_name()
@@ -239,6 +242,11 @@ impl SimCluster {
             Ok(())
         })?;
         self.clock.sleep(timing::DESTROY).await;
+        if let Some(real) = &self.real {
+            // The files of what goes with the VM; orphans keep theirs.
+            let volumes = self.volids(vmid);
+            real.destroy(vmid, &volumes).await;
+        }
         self.change(|s| {
             let Some(vm) = s.vms.remove(&vmid) else {
                 return;

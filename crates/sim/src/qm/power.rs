@@ -12,10 +12,19 @@ impl SimCluster {
         let command = format!("qm status {vmid}");
         self.record(&command);
         self.clock.sleep(timing::READ).await;
-        self.read(|s| {
-            let vm = vm_on(s, node, vmid, &command, true)?;
-            Ok(if vm.running { "running" } else { "stopped" }.to_string())
-        })
+        let running = self.read(|s| vm_on(s, node, vmid, &command, true).map(|vm| vm.running))?;
+        // A real guest that powered itself off has stopped.
+        if running && self.real.as_ref().is_some_and(|real| !real.running(vmid)) {
+            self.change(|s| {
+                if let Some(vm) = vm_mut(s, vmid) {
+                    vm.running = false;
+                    vm.started = None;
+                    vm.guest = Guest::Off;
+                }
+            });
+            return Ok("stopped".to_string());
+        }
+        Ok(if running { "running" } else { "stopped" }.to_string())
     }
 
     pub async fn qm_power(
@@ -40,6 +49,19 @@ impl SimCluster {
                     return Err(fail(&command, format!("VM {vmid} already running")));
                 }
                 self.clock.sleep(timing::START).await;
+                if let Some(real) = &self.real {
+                    // The `cloud-init` fault, on a real guest, is planted
+                    // in its seed: the guest's cloud-init fails for real.
+                    let planted = self
+                        .fault("cloud-init", Some(vmid), &command)
+                        .await
+                        .err()
+                        .map(|e| e.message());
+                    let vm = self.read(|s| s.vms.get(&vmid).cloned());
+                    if let Some(vm) = vm {
+                        real.start(&vm, planted.as_deref(), &command).await?;
+                    }
+                }
                 let boot = self.read(|s| {
                     s.vms.get(&vmid).map_or(timing::BOOT, |vm| {
                         if vm.initialized {
@@ -70,6 +92,13 @@ impl SimCluster {
                     timing::STOP
                 };
                 self.clock.sleep(ms).await;
+                if let Some(real) = &self.real {
+                    if action == PowerAction::Shutdown {
+                        real.shutdown(vmid, &command).await?;
+                    } else {
+                        real.stop(vmid, &command).await?;
+                    }
+                }
                 self.change(|s| {
                     if let Some(vm) = vm_mut(s, vmid) {
                         vm.running = false;
@@ -83,6 +112,12 @@ impl SimCluster {
                     return Err(fail(&command, format!("VM {vmid} not running")));
                 }
                 self.clock.sleep(timing::REBOOT).await;
+                if let Some(real) = &self.real {
+                    let vm = self.read(|s| s.vms.get(&vmid).cloned());
+                    if let Some(vm) = vm {
+                        real.reboot(&vm, &command).await?;
+                    }
+                }
                 let ready_at = self.clock.after(timing::BOOT);
                 self.change(|s| {
                     if let Some(vm) = vm_mut(s, vmid) {

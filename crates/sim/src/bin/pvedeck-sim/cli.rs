@@ -414,8 +414,15 @@ impl Face<'_> {
                 sim.qm_agent_ping(node, vmid(p.first())?).await?;
             }
             "guest exec" => {
+                // `--timeout`, 30 s by default as qm.pm has it.
+                let timeout = parsed
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == "timeout")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(30);
                 let result = sim
-                    .qm_guest_exec(node, vmid(p.first())?, guest_argv)
+                    .qm_guest_exec(node, vmid(p.first())?, guest_argv, timeout)
                     .await?;
                 let mut json = serde_json::Map::new();
                 if !result.err.is_empty() {
@@ -694,6 +701,15 @@ impl Face<'_> {
             return Box::pin(face.tool(&words)).await;
         }
 
+        // A real guest answers for itself: the real `ssh`, with every
+        // option pvedeck gave, in this process's place.
+        if self.sim.has_real_guests() {
+            use std::os::unix::process::CommandExt;
+            let program = std::env::var("SIM_REAL_SSH").unwrap_or_else(|_| "/usr/bin/ssh".into());
+            let err = std::process::Command::new(&program).args(args).exec();
+            eprintln!("ssh: cannot run {program}: {err}");
+            return Ok(255);
+        }
         // A VM: the readiness probe or the init script. Its host key is
         // checked as `ssh` would with these options.
         let option = |name: &str| {

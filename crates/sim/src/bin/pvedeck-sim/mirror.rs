@@ -59,8 +59,18 @@ async fn serve() -> Result<(), MirrorError> {
 }
 
 /// `/img/<name>` (GET or HEAD): an image or a checksum list; 404 else.
+/// With `SIM_MIRROR_DIR`, that directory's files come first: the real
+/// guest image `cargo xtask guest` builds, and its `SHA512SUMS`.
 async fn file(method: Method, Path(name): Path<String>) -> Response {
-    let found = local_mirror_file(&name);
+    let from_dir = match std::env::var_os("SIM_MIRROR_DIR") {
+        Some(dir) if !name.contains('/') && !name.starts_with('.') => {
+            tokio::fs::read(std::path::Path::new(&dir).join(&name))
+                .await
+                .ok()
+        }
+        _ => None,
+    };
+    let found = from_dir.or_else(|| local_mirror_file(&name));
     eprintln!(
         "{method} /img/{name}: {}",
         if found.is_some() { "200" } else { "404" }

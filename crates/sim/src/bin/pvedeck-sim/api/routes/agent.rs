@@ -31,7 +31,8 @@ pub async fn exec(State(api): State<Arc<Api>>, VmParams(vm, params): VmParams) -
             "property is missing and it is not optional",
         ));
     }
-    let result = api.sim.qm_guest_exec(&node, id, &command).await?;
+    // The REST face waits for the end itself; exec-status then reports it.
+    let result = api.sim.qm_guest_exec(&node, id, &command, 300).await?;
     let pid = api.next_pid.fetch_add(1, Ordering::Relaxed);
     lock(&api.execs).insert((id, pid), result);
     Ok(data(json!({ "pid": pid })))
