@@ -29,13 +29,17 @@ pub fn test_tools(root: &Path) -> Result<(), Failed> {
         })?;
     }
     // Debian packages the tests need, by a file each one ships: Chromium for
-    // the browser tests; sshd, ssh and curl for the real-SSH lane.
+    // the browser tests; sshd, ssh and curl for the real-SSH lane;
+    // qemu-img and genisoimage for the real-guest module's disk and
+    // cloud-init drive tests (`crates/sim/src/machine`).
     let wanted = [
         (crate::e2e::CHROMIUM, "chromium"),
         ("/usr/bin/chromedriver", "chromium-driver"),
         ("/usr/sbin/sshd", "openssh-server"),
         ("/usr/bin/ssh", "openssh-client"),
         ("/usr/bin/curl", "curl"),
+        ("/usr/bin/qemu-img", "qemu-utils"),
+        ("/usr/bin/genisoimage", "genisoimage"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
