@@ -332,13 +332,13 @@ mod tests {
     #[test]
     fn the_seed_and_forward_come_from_the_vm_s_cloud_init_settings() {
         let vm: SimVm = serde_json::from_value(serde_json::json!({
-            "vmid": 107, "node": "pve1", "kind": "Qemu",
+            "vmid": 107, "node": "pve1", "kind": "qemu",
             "config": {
                 "name": "web-107", "ciuser": "debian", "cipassword": "$6$s$h",
                 "sshkeys": "ssh-ed25519%20AAAA%20me%0A", "ipconfig0": "ip=127.0.0.107/24,gw=127.0.0.1",
                 "scsi0": "local-zfs:vm-107-disk-0,size=16G", "memory": "2048", "cores": "1"
             },
-            "running": false, "guest": "Off", "mem_plateau": 0, "cpu_load": 0.0
+            "running": false, "guest": "off", "mem_plateau": 0, "cpu_load": 0.0
         }))
         .unwrap();
         let spec = guests().spec(&vm).unwrap();
