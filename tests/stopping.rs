@@ -62,15 +62,51 @@ async fn job(server: &Server, id: u64) -> serde_json::Value {
     json(&format!("{}/api/jobs/{id}", server.url)).await
 }
 
+/// Waits until the job's record names the Proxmox task it waits on. The
+/// api backend writes the UPID once Proxmox has answered, a moment after
+/// the step's first line, and no event says so: a kill in between leaves
+/// no task to follow (seen on the api lane). Elsewhere there is no task.
+async fn task_recorded(data: &std::path::Path, job: u64) {
+    if lane() != Lane::Api {
+        return;
+    }
+    let db = data.join("pvedeck.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let task: Option<String> =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .and_then(|c| {
+                    c.query_row("SELECT task FROM jobs WHERE id = ?1", [job], |r| r.get(0))
+                })
+                .ok()
+                .flatten();
+        if task.is_some() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} never recorded its Proxmox task"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Kills the server while the job is at `step_text`, restarts it on the
 /// same data (the simulated cluster included), and returns the restarted
 /// server with the job's timeline and record.
-async fn killed_at(fault_json: &str, step_text: &str) -> (Server, Vec<Sse>, serde_json::Value) {
+async fn killed_at(
+    fault_json: &str,
+    step_text: &str,
+    task: bool,
+) -> (Server, Vec<Sse>, serde_json::Value) {
     let data = temp_dir("killed");
     let server = process_server(&data, &[]).await;
     fault(&server, fault_json).await;
     let id = start_install(&server).await;
     wait_for(&server, id, step_text).await;
+    if task {
+        task_recorded(&data, id).await;
+    }
     server.signal("KILL");
     assert_eq!(server.exit_code().await, None, "killed by a signal");
 
@@ -82,7 +118,7 @@ async fn killed_at(fault_json: &str, step_text: &str) -> (Server, Vec<Sse>, serd
 
 #[tokio::test]
 async fn an_install_killed_while_importing_is_destroyed_at_the_restart() {
-    let (server, events, record) = killed_at(SLOW_IMPORT, "[*] import disk image").await;
+    let (server, events, record) = killed_at(SLOW_IMPORT, "[*] import disk image", true).await;
     let words = messages(&events);
     let vmid = record["vmid"].as_u64().expect("the job recorded its VMID");
     assert!(
@@ -118,7 +154,7 @@ async fn an_install_killed_while_importing_is_destroyed_at_the_restart() {
 
 #[tokio::test]
 async fn an_install_killed_while_waiting_for_ready_keeps_its_vm() {
-    let (server, events, record) = killed_at(SLOW_READY, "[*] VM started").await;
+    let (server, events, record) = killed_at(SLOW_READY, "[*] VM started", false).await;
     let words = messages(&events);
     let vmid = record["vmid"].as_u64().expect("VMID");
     let kept = format!(
@@ -215,6 +251,7 @@ async fn a_start_whose_proxmox_task_outlives_pvedeck_ends_as_the_task_does() {
         .and_then(|v| v.parse().ok())
         .expect("x-job-id");
     wait_for(&server, id, "[*] starting VM").await;
+    task_recorded(&data, id).await;
     server.signal("KILL");
     assert_eq!(server.exit_code().await, None);
 
