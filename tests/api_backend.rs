@@ -235,8 +235,8 @@ async fn privileges_are_checked_as_proxmox_combines_them() {
     assert!(
         said.contains(
             "datacenter.cfg refuses the tags pvedeck, pvedeck-template, rockylinux to this token \
-             (user-allow=list)"
-        ) || said.contains("datacenter.cfg refuses the tags pvedeck, pvedeck-template, rockylinux"),
+             (user-tag-access: user-allow=list)"
+        ),
         "{said}"
     );
 }

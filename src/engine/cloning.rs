@@ -125,22 +125,17 @@ impl Engine {
             Err(e) => return Err(none(failed(&step, "failed to clone", Cleanup::Nothing)(e))),
         };
         let elsewhere = req.node.as_ref().is_some_and(|n| n.as_str() != node);
-        let mode = match clone_mode(&kind, elsewhere) {
-            (mode, None) => {
-                step.processing(format!(
-                    "[*] linked clone of {} (VM {})",
-                    template.name, template.vmid
-                ));
-                mode
-            }
-            (mode, Some(why)) => {
-                step.processing(format!(
-                    "[*] full clone of {} (VM {}): storage {storage} ({kind}) {why}",
-                    template.name, template.vmid
-                ));
-                mode
-            }
-        };
+        let (mode, why) = clone_mode(&kind, elsewhere);
+        step.processing(match why {
+            None => format!(
+                "[*] linked clone of {} (VM {})",
+                template.name, template.vmid
+            ),
+            Some(why) => format!(
+                "[*] full clone of {} (VM {}): storage {storage} ({kind}) {why}",
+                template.name, template.vmid
+            ),
+        });
         // A clone cut short in the middle is half-made.
         job.stake(stake(vmid, &node, Cleanup::Destroy));
         let relay = |line: &str| step.relay(line);

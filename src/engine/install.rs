@@ -171,8 +171,7 @@ impl Engine {
         self.warm_up();
         // The reservation lives until the job ends (it is dropped last).
         let mut held = reservation;
-        let method = request.method.unwrap_or(self.config.install_method);
-        let result = match method {
+        let result = match self.method(&request) {
             InstallMethod::Import => self.install_steps(job, &request, &mut held, started).await,
             InstallMethod::Clone => self.clone_steps(job, &request, &mut held, started).await,
         };
@@ -181,6 +180,11 @@ impl Engine {
             Err((failure, vm)) => self.fail_job(job, failure, vm).await,
         }
         drop(held);
+    }
+
+    /// How the request installs: as it asks, else `INSTALL_METHOD`.
+    fn method(&self, req: &InstallRequest) -> InstallMethod {
+        req.method.unwrap_or(self.config.install_method)
     }
 
     /// Reads now, beside the VMID probe, what the storage check and
@@ -368,7 +372,7 @@ impl Engine {
 
         let step = Step::new(out, Some("preparation"), "setting default config values");
         step.processing("[*] set default config values");
-        let clone = req.method.unwrap_or(cfg.install_method) == InstallMethod::Clone;
+        let clone = self.method(req) == InstallMethod::Clone;
         let name = pvedeck_domain::rules::vm_name(&req.name, vmid, clone);
         step.success(&format!(
             "[+] default config values set (name {name}, user {})",

@@ -501,8 +501,8 @@ fn copy(from: &Path, to: &Path) -> Result<(), Failed> {
 mod tests {
     use super::*;
 
-    /// The way to build the image before the `guest` lane exists (and to
-    /// rebuild it by hand): `cargo test -p xtask --release builds_the_guest_image
+    /// The image alone, without the lane's server and stages (to rebuild
+    /// it by hand): `cargo test -p xtask --release builds_the_guest_image
     /// -- --ignored --nocapture`.
     #[test]
     #[ignore = "needs root and Debian's archive, takes minutes"]

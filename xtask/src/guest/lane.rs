@@ -187,19 +187,7 @@ impl Lane {
             for vmid in [install, clones[0], clones[1], failed] {
                 self.destroy(vmid)?;
             }
-            let answer = http::request(
-                &self.addr(),
-                "DELETE",
-                &format!("/api/templates/{template}"),
-                "",
-            )
-            .map_err(Failed)?;
-            if answer.status != 200 {
-                return Err(Failed(format!(
-                    "template delete: {} {}",
-                    answer.status, answer.body
-                )));
-            }
+            self.ok("DELETE", &format!("/api/templates/{template}"), "")?;
             self.nothing_left()
         })?;
         println!("    all stages in {:.0?}", started.elapsed());
@@ -245,6 +233,20 @@ impl Lane {
         Ok(vmid)
     }
 
+    /// A request that must answer 200; anything else fails the stage
+    /// with the status and body.
+    fn ok(&self, method: &str, path: &str, body: &str) -> Result<http::Response, Failed> {
+        let answer = http::request(&self.addr(), method, path, body).map_err(Failed)?;
+        if answer.status == 200 {
+            Ok(answer)
+        } else {
+            Err(Failed(format!(
+                "{method} {path}: {} {}",
+                answer.status, answer.body
+            )))
+        }
+    }
+
     /// A streamed answer's events (`data:` lines), once it has closed.
     fn stream(
         &self,
@@ -252,13 +254,7 @@ impl Lane {
         path: &str,
         body: &str,
     ) -> Result<Vec<serde_json::Value>, Failed> {
-        let answer = http::request(&self.addr(), method, path, body).map_err(Failed)?;
-        if answer.status != 200 {
-            return Err(Failed(format!(
-                "{method} {path}: {} {}",
-                answer.status, answer.body
-            )));
-        }
+        let answer = self.ok(method, path, body)?;
         let job = answer.head.lines().find_map(|l| {
             l.to_ascii_lowercase()
                 .strip_prefix("x-job-id:")
@@ -423,19 +419,7 @@ impl Lane {
 
     fn destroy(&self, vmid: u32) -> Result<(), Failed> {
         for action in ["stop", "destroy"] {
-            let answer = http::request(
-                &self.addr(),
-                "POST",
-                &format!("/api/vm/{vmid}/{action}"),
-                "",
-            )
-            .map_err(Failed)?;
-            if answer.status != 200 {
-                return Err(Failed(format!(
-                    "{action} {vmid}: {} {}",
-                    answer.status, answer.body
-                )));
-            }
+            self.ok("POST", &format!("/api/vm/{vmid}/{action}"), "")?;
         }
         Ok(())
     }

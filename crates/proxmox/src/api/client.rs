@@ -138,15 +138,9 @@ impl ApiClient {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<(Value, Option<u64>), PveError> {
-        let mut whole = self.call_whole(Method::Get, path, query).await?;
+        let whole = self.call_whole(Method::Get, path, query).await?;
         let total = whole.get("total").and_then(Value::as_u64);
-        Ok((
-            whole
-                .get_mut("data")
-                .map(Value::take)
-                .unwrap_or(Value::Null),
-            total,
-        ))
+        Ok((data(whole), total))
     }
 
     pub async fn post(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
@@ -203,7 +197,7 @@ impl ApiClient {
             .send()
             .await
             .map_err(|e| self.network_error(&shown, &e))?;
-        answer(&shown, response).await
+        answer_whole(&shown, response).await.map(data)
     }
 
     /// One call: the answer's `data`, or the error in Proxmox's words.
@@ -213,11 +207,7 @@ impl ApiClient {
         path: &str,
         params: &[(&str, String)],
     ) -> Result<Value, PveError> {
-        let mut whole = self.call_whole(method, path, params).await?;
-        Ok(whole
-            .get_mut("data")
-            .map(Value::take)
-            .unwrap_or(Value::Null))
+        self.call_whole(method, path, params).await.map(data)
     }
 
     /// One call: the whole answer (`data` and its attributes, such as
@@ -293,13 +283,12 @@ impl ApiClient {
     }
 }
 
-/// The answer's `data`, or its failure as Proxmox words it.
-async fn answer(shown: &str, response: reqwest::Response) -> Result<Value, PveError> {
-    let mut whole = answer_whole(shown, response).await?;
-    Ok(whole
+/// An answer's `data` (null when it has none).
+fn data(mut whole: Value) -> Value {
+    whole
         .get_mut("data")
         .map(Value::take)
-        .unwrap_or(Value::Null))
+        .unwrap_or(Value::Null)
 }
 
 /// The answer as a JSON object (`data` and its attributes), or the error.

@@ -92,7 +92,7 @@ impl CliBackend {
         let mut args = vec![verb.to_string(), vmid.to_string()];
         for (key, value) in options {
             let value = if key == "sshkeys" && node != self.main_node {
-                let keys = std::fs::read(value).map_err(|e| {
+                let keys = tokio::fs::read(value).await.map_err(|e| {
                     PveError::command(
                         format!("qm {verb} {vmid}"),
                         format!("cannot read the SSH keys file {value}: {e}"),
@@ -380,10 +380,7 @@ impl Pve for CliBackend {
 
     async fn agent_ping(&self, node: &str, vmid: u32) -> Result<(), PveError> {
         // `qm guest cmd` (`qm agent` is its old alias).
-        let args = strings(["guest", "cmd"])
-            .into_iter()
-            .chain([vmid.to_string(), "ping".into()])
-            .collect();
+        let args = strings(["guest", "cmd", &vmid.to_string(), "ping"]);
         self.on(node, "qm", args).await.map(drop)
     }
 

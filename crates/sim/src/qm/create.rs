@@ -242,30 +242,29 @@ impl SimCluster {
             Ok(())
         })?;
         self.clock.sleep(timing::DESTROY).await;
-        if let Some(real) = &self.real {
-            // The files of what goes with the VM; orphans keep theirs.
-            let volumes = self.volids(vmid);
-            real.destroy(vmid, &volumes).await;
-        }
-        self.change(|s| {
-            let Some(vm) = s.vms.remove(&vmid) else {
-                return;
-            };
-            if unreferenced {
-                return;
-            }
-            for (volid, size) in vm.volumes {
-                let referenced = vm.config.iter().any(|(key, value)| {
-                    !key.starts_with("unused") && value.split(',').next() == Some(volid.as_str())
-                }) || vm
-                    .config
-                    .iter()
-                    .any(|(key, value)| key.starts_with("unused") && value == &volid);
-                if !referenced {
-                    s.orphans.insert(volid, (vm.node.clone(), size));
+        // A volume no config key names (a drive's first field, or an
+        // `unusedN` value) is an orphan unless destroy is told to take it.
+        let gone = self
+            .change(|s| {
+                let vm = s.vms.remove(&vmid)?;
+                let mut gone = Vec::new();
+                for (volid, size) in vm.volumes {
+                    let named = vm
+                        .config
+                        .values()
+                        .any(|value| value.split(',').next() == Some(volid.as_str()));
+                    if unreferenced || named {
+                        gone.push(volid);
+                    } else {
+                        s.orphans.insert(volid, (vm.node.clone(), size));
+                    }
                 }
-            }
-        });
+                Some(gone)
+            })
+            .unwrap_or_default();
+        if let Some(real) = &self.real {
+            real.destroy(vmid, &gone).await;
+        }
         Ok(vec![format!(
             "purging VM {vmid} from related configurations.."
         )])
