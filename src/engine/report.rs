@@ -2,9 +2,11 @@
 //! follow go-pve-qemu's conventions (`[*]` progress, `[+]` done, `[-]`
 //! failure, the step's elapsed time in parentheses).
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use pvedeck_domain::text;
 use pvedeck_domain::types::{StepEvent, StepStatus};
 use pvedeck_support::sync::lock;
 
@@ -42,22 +44,6 @@ impl Out<'_> {
 
 /// A final event's VM: id, address, host key fingerprint.
 pub type Keyed<'a> = (u32, &'a str, Option<&'a str>);
-
-/// The longest relayed line kept, in bytes: a command printing megabytes
-/// on one line fills neither the database nor the followers.
-const MAX_LINE: usize = 4096;
-
-/// `line`, cut at [`MAX_LINE`] on a character boundary, saying how much went.
-fn clip(line: &str) -> std::borrow::Cow<'_, str> {
-    if line.len() <= MAX_LINE {
-        return line.into();
-    }
-    let mut end = MAX_LINE;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes cut)", &line[..end], line.len() - end).into()
-}
 
 /// Stages that work at the same time and report one after the other: a
 /// stage's events reach the job while it has the turn, and are held until
@@ -144,7 +130,14 @@ impl<'a> Step<'a> {
         self.out.job().metrics().step(&self.name, ok, took);
     }
 
+    /// Every message of a step passes here: what a guest or Proxmox
+    /// printed into it is stored and relayed without control characters,
+    /// each line at most 4 KiB.
     fn emit(&self, status: StepStatus, message: String) {
+        let message = match text::clean_line(&message) {
+            Cow::Borrowed(_) => message,
+            Cow::Owned(cleaned) => cleaned,
+        };
         self.out.emit(StepEvent {
             step: self.name.clone(),
             status,
@@ -175,7 +168,7 @@ impl<'a> Step<'a> {
     /// `JOB_MAX_EVENTS` per job, each at most 4 KiB).
     pub fn relay(&self, line: &str) {
         match self.out.job().admit_relayed() {
-            Admit::Yes => self.emit(StepStatus::Processing, format!("  {}", clip(line))),
+            Admit::Yes => self.emit(StepStatus::Processing, format!("  {line}")),
             Admit::Last(max) => self.emit(
                 StepStatus::Processing,
                 format!("  … more output not kept: {max} lines per job (JOB_MAX_EVENTS)"),
@@ -252,18 +245,6 @@ pub fn one_line(message: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn long_lines_are_cut_on_a_character_boundary() {
-        assert_eq!(clip("short"), "short");
-        let long = "é".repeat(3000);
-        let cut = clip(&long);
-        assert!(
-            cut.ends_with("… (1904 bytes cut)"),
-            "{}",
-            &cut[cut.len() - 30..]
-        );
-        assert!(cut.len() <= MAX_LINE + 30);
-    }
     use crate::jobs::Jobs;
     use pvedeck_domain::types::JobKind;
 
@@ -317,6 +298,34 @@ mod tests {
         assert_eq!(told[0].event.message, "[*] told");
     }
 
+    #[tokio::test]
+    async fn what_a_guest_prints_is_stored_without_controls_and_cut() {
+        let (_dir, jobs, job) = install_job();
+        let step = Step::new(Out::Job(&job), None, "SSH initialization");
+        step.relay(&format!(
+            "\u{1b}]0;owned\u{7}\u{1b}[2J{}",
+            "x".repeat(10_000)
+        ));
+        step.error("cloud-init said:\r\u{1b}[31mboom");
+        jobs.flush().await.unwrap();
+        let told: Vec<String> = jobs
+            .events(job.id(), 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event.message)
+            .collect();
+        assert_eq!(told.len(), 2);
+        assert!(
+            told[0].starts_with("  ]0;owned[2Jxxx"),
+            "{}",
+            &told[0][..20]
+        );
+        assert!(told[0].ends_with("bytes cut)"));
+        assert!(told[0].len() < 4200, "{}", told[0].len());
+        assert_eq!(told[1], "cloud-init said:[31mboom");
+    }
+
     #[test]
     fn elapsed_has_two_decimals() {
         assert_eq!(elapsed(Duration::from_millis(1234)), "(1.23s)");
@@ -329,37 +338,5 @@ mod tests {
             one_line("400 Parameter verification failed.\ncpu: bad\n"),
             "400 Parameter verification failed.; cpu: bad"
         );
-    }
-}
-
-/// Property tests: a relayed line of any length and any characters is cut
-/// on a character boundary at [`MAX_LINE`], saying how much went.
-#[cfg(test)]
-mod fuzz {
-    use proptest::prelude::*;
-
-    use super::*;
-    use pvedeck_testkit::config;
-
-    proptest! {
-        #![proptest_config(config(1000))]
-
-        #[test]
-        fn a_line_is_cut_on_a_character_boundary(
-            line in prop::collection::vec(any::<char>(), 0..3000).prop_map(String::from_iter),
-            repeat in 1usize..4,
-        ) {
-            let line = line.repeat(repeat);
-            let clipped = clip(&line);
-            if line.len() <= MAX_LINE {
-                prop_assert_eq!(clipped.as_ref(), line.as_str());
-            } else {
-                let (kept, note) = clipped.rsplit_once("… (").unwrap();
-                prop_assert!(kept.len() <= MAX_LINE && kept.len() > MAX_LINE - 4);
-                prop_assert!(line.starts_with(kept));
-                prop_assert_eq!(note, format!("{} bytes cut)", line.len() - kept.len()));
-            }
-            let _ = one_line(&line);
-        }
     }
 }

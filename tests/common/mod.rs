@@ -124,6 +124,15 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// The server's process id: its own process on the `cli` and `api`
+    /// lanes, this test's on the `sim` lane.
+    pub fn pid(&self) -> u32 {
+        match &self.running {
+            Handle::Process(child) => child.id(),
+            _ => std::process::id(),
+        }
+    }
+
     /// Sends a signal (`KILL`, `TERM`) to a server running as a process.
     pub fn signal(&self, name: &str) {
         let Handle::Process(child) = &self.running else {

@@ -4,6 +4,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use pvedeck_domain::format::age;
+use pvedeck_domain::text::strip_controls as clean;
 use pvedeck_domain::timeline::{self, progress_of};
 use pvedeck_domain::types::{Job, JobEvent, JobState, StepEvent, StepStatus, VmList, VmOutcome};
 use pvedeck_support::clock::now_ms;
@@ -26,7 +27,7 @@ impl Show {
     }
 
     pub fn failure(&self, failure: &Failure) -> Exit {
-        eprintln!("pvedeck-cli: {failure}");
+        eprintln!("pvedeck-cli: {}", clean(&failure.to_string()));
         if self.json {
             let (status, message) = match failure {
                 Failure::Refused { status, message } | Failure::Server { status, message } => {
@@ -43,7 +44,7 @@ impl Show {
         if self.json {
             self.line(json!({"done": what, "answer": answer}));
         } else {
-            println!("{what}: {answer}");
+            println!("{what}: {}", clean(answer));
         }
         Exit::Done
     }
@@ -52,7 +53,7 @@ impl Show {
         if self.json {
             self.line(json!({"vmid": vmid, "status": status}));
         } else {
-            println!("{status}");
+            println!("{}", clean(status));
         }
         Exit::Done
     }
@@ -73,7 +74,14 @@ impl Show {
         for vm in &list.list {
             println!(
                 "{:>6}  {:<24} {:<10} {:<9} {:<16} {:>4} {:>8.2}  {}",
-                vm.vmid, vm.name, vm.node, vm.status, vm.ip, vm.cpu, vm.memory, vm.os,
+                vm.vmid,
+                clean(&vm.name),
+                clean(&vm.node),
+                clean(&vm.status),
+                clean(&vm.ip),
+                vm.cpu,
+                vm.memory,
+                clean(&vm.os),
             );
         }
         println!();
@@ -84,7 +92,11 @@ impl Show {
         for node in &list.cluster {
             println!(
                 "{:<10} {:<8} {:>7.1} {:>9.1} {:>13}",
-                node.node, node.status, node.cpu_used, node.memory_used, node.vcpus,
+                clean(&node.node),
+                clean(&node.status),
+                node.cpu_used,
+                node.memory_used,
+                node.vcpus,
             );
         }
         Exit::Done
@@ -112,7 +124,7 @@ impl Show {
                 job.state.as_str(),
                 job.vmid.map_or("-".to_string(), |v| v.to_string()),
                 age(now - job.created),
-                job.title,
+                clean(&job.title),
             );
         }
         Exit::Done
@@ -167,6 +179,15 @@ impl Watch<'_> {
             return;
         }
         self.last_seq = seq;
+        // What a guest printed reaches this terminal: no escape sequence
+        // of it does, whatever the server let through.
+        let event = &StepEvent {
+            step: clean(&event.step).into_owned(),
+            message: clean(&event.message).into_owned(),
+            ip: event.ip.as_deref().map(|ip| clean(ip).into_owned()),
+            host_key: event.host_key.as_deref().map(|k| clean(k).into_owned()),
+            ..event.clone()
+        };
         self.seen.push(JobEvent {
             seq,
             at: 0,
@@ -281,7 +302,12 @@ impl Watch<'_> {
             }));
         } else if ok {
             println!();
-            println!("job {} {}: {}", self.id, job.state.as_str(), job.title);
+            println!(
+                "job {} {}: {}",
+                self.id,
+                job.state.as_str(),
+                clean(&job.title)
+            );
             if let Some(vmid) = vmid {
                 println!("  VMID      {vmid}");
             }
@@ -304,10 +330,11 @@ impl Watch<'_> {
             .or_else(|| failure.map(|(s, _)| s))
             .unwrap_or_else(|| "-".to_string());
         eprintln!(
-            "\njob {} {} at step '{step}': {}",
+            "\njob {} {} at step '{}': {}",
             self.id,
             job.state.as_str(),
-            failed_message.as_deref().unwrap_or("(no message)")
+            clean(&step),
+            clean(failed_message.as_deref().unwrap_or("(no message)"))
         );
         if let Some(outcome) = job.outcome {
             eprintln!("  the VM: {}", outcome_word(outcome));

@@ -39,3 +39,41 @@ fn a_server_that_does_not_answer_exits_3() {
         "{out:?}"
     );
 }
+
+/// A server that answers every request with `body` (text/plain, 200), once.
+fn one_answer(body: &'static [u8]) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    std::thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut reader = BufReader::new(&stream);
+        let mut line = String::new();
+        // The request's head, up to its empty line.
+        while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+            line.clear();
+        }
+        let mut stream = &stream;
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(body);
+    });
+    url
+}
+
+#[test]
+fn what_a_server_says_reaches_the_terminal_without_control_characters() {
+    let url = one_answer(b"\x1b]0;owned\x07\x1b[2Jrunning\r");
+    let out = cli(&["--url", &url, "vm", "status", "101"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "]0;owned[2Jrunning\n",
+        "{out:?}"
+    );
+}

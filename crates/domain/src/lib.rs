@@ -10,5 +10,6 @@ pub mod request;
 pub mod rules;
 pub mod scripts;
 pub mod secret;
+pub mod text;
 pub mod timeline;
 pub mod types;

@@ -12,6 +12,7 @@ pub mod drive;
 pub mod escape;
 pub mod json;
 pub mod known_hosts;
+pub mod output;
 pub mod owner;
 pub mod timed;
 pub mod types;
@@ -238,6 +239,18 @@ pub enum GuestCommandFailed {
 }
 
 impl AgentExec {
+    /// What the guest printed, held to [`output::Limits::GUEST`] whatever
+    /// the backend: a person reads it, and a guest may print without end.
+    pub fn bounded(mut self) -> AgentExec {
+        let keep = output::Limits::GUEST.kept;
+        for text in [&mut self.out, &mut self.err] {
+            if let std::borrow::Cow::Owned(cut) = pvedeck_domain::text::clip(text, keep) {
+                *text = cut;
+            }
+        }
+        self
+    }
+
     /// The command's output when it exited 0, else what went wrong, named
     /// `what`.
     pub fn output(self, what: &str) -> Result<String, GuestCommandFailed> {

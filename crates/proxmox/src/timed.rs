@@ -375,7 +375,9 @@ impl Timed {
         let class = if long { Class::Long } else { Class::Short };
         let secs = u32::try_from(self.limit(class).as_secs()).unwrap_or(u32::MAX);
         let call = self.pve.agent_exec(node, vmid, argv, secs);
-        self.within(class, "agent_exec", what, call).await
+        self.within(class, "agent_exec", what, call)
+            .await
+            .map(AgentExec::bounded)
     }
 
     /// Whether something answers on `ip:port`; a probe that hangs is "no".

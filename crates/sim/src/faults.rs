@@ -49,6 +49,9 @@ pub enum Action {
     Hang,
     /// The operation takes `delay_ms` (simulated) longer.
     Delay,
+    /// The guest prints `bytes` bytes without a newline first, then goes
+    /// on (`ssh-init`, `ssh-ready`): a hostile guest's output.
+    Flood,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +67,9 @@ pub struct Fault {
     /// How many times it strikes; none = until cleared.
     #[serde(default)]
     pub times: Option<u32>,
+    /// How much a `flood` prints (default 1 GiB).
+    #[serde(default)]
+    pub bytes: Option<u64>,
 }
 
 /// What an operation must do, having asked.
@@ -73,6 +79,7 @@ pub enum Strike {
     Fail(Option<String>),
     Hang,
     Delay(u64),
+    Flood(u64),
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -88,6 +95,8 @@ pub enum FaultError {
     UnknownOp { op: String },
     #[error("a delay needs delay_ms")]
     DelayWithoutMs,
+    #[error("only a guest's commands flood (ssh-init, ssh-ready), not '{op}'")]
+    FloodElsewhere { op: String },
 }
 
 impl Faults {
@@ -97,6 +106,10 @@ impl Faults {
         }
         if fault.action == Action::Delay && fault.delay_ms.is_none() {
             return Err(FaultError::DelayWithoutMs);
+        }
+        if fault.action == Action::Flood && !["ssh-init", "ssh-ready"].contains(&fault.op.as_str())
+        {
+            return Err(FaultError::FloodElsewhere { op: fault.op });
         }
         self.rules.push(fault);
         Ok(())
@@ -131,6 +144,7 @@ impl Faults {
             Action::Fail => Strike::Fail(rule.message),
             Action::Hang => Strike::Hang,
             Action::Delay => Strike::Delay(rule.delay_ms.unwrap_or(0)),
+            Action::Flood => Strike::Flood(rule.bytes.unwrap_or(1 << 30)),
         }
     }
 }
@@ -147,6 +161,7 @@ mod tests {
             message: None,
             delay_ms: None,
             times,
+            bytes: None,
         }
     }
 
@@ -157,6 +172,19 @@ mod tests {
         assert_eq!(f.check("start", Some(102)), Strike::None);
         assert_eq!(f.check("start", Some(101)), Strike::Fail(None));
         assert_eq!(f.check("start", Some(101)), Strike::None);
+    }
+
+    #[test]
+    fn only_guests_flood() {
+        let mut f = Faults::default();
+        let flood = |op: &str| Fault {
+            action: Action::Flood,
+            bytes: Some(10),
+            ..fault(op, None, None)
+        };
+        assert!(f.add(flood("start")).is_err());
+        f.add(flood("ssh-init")).unwrap();
+        assert_eq!(f.check("ssh-init", Some(1)), Strike::Flood(10));
     }
 
     #[test]

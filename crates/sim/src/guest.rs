@@ -5,6 +5,7 @@
 use std::net::Ipv4Addr;
 
 use pvedeck_domain::scripts;
+use pvedeck_proxmox::output::{Collector, Limits};
 use pvedeck_proxmox::{GuestCommand, GuestTarget, LineSink, PveError, known_hosts};
 use pvedeck_support::clock::now_ms;
 
@@ -65,13 +66,9 @@ impl SimCluster {
             .store
             .read(|s| s.vm_at(ip))
             .unwrap_or(u32::from(ip.octets()[3]));
-        let strike = self.store.update(|s| {
-            let strike = s.faults.check("probe", Some(vmid));
-            let changed = strike != Strike::None;
-            (strike, changed)
-        });
+        let strike = self.take_strike("probe", Some(vmid));
         match strike {
-            Strike::None => {}
+            Strike::None | Strike::Flood(_) => {}
             Strike::Fail(_) => return true,
             Strike::Delay(ms) => {
                 self.clock.sleep(ms).await;
@@ -167,8 +164,17 @@ impl SimCluster {
         };
         match command {
             GuestCommand::Ready => {
-                // An injected `ssh-ready` fault: the guest never lets us in.
-                if self.fault("ssh-ready", Some(vmid), &shown).await.is_err() {
+                // An injected `ssh-ready` fault: the guest never lets us in,
+                // or prints without end first.
+                let strike = self.take_strike("ssh-ready", Some(vmid));
+                if let Strike::Flood(bytes) = strike {
+                    self.flood(bytes, out);
+                }
+                if self
+                    .suffer(strike, "ssh-ready", Some(vmid), &shown)
+                    .await
+                    .is_err()
+                {
                     self.clock.sleep(timing::CONNECT_REFUSED).await;
                     return Err(unreachable("Connection refused"));
                 }
@@ -187,7 +193,14 @@ impl SimCluster {
                 // `echo` lines are its output.
                 let lines = scripts::echo_lines(body);
                 let pause = timing::INIT_SCRIPT / lines.len().max(1) as u64;
-                let failure = self.fault("ssh-init", Some(vmid), &shown).await.err();
+                let strike = self.take_strike("ssh-init", Some(vmid));
+                if let Strike::Flood(bytes) = strike {
+                    self.flood(bytes, out);
+                }
+                let failure = self
+                    .suffer(strike, "ssh-init", Some(vmid), &shown)
+                    .await
+                    .err();
                 for (i, line) in lines.iter().enumerate() {
                     self.clock.sleep(pause).await;
                     if let (Some(err), true) = (&failure, i == 3) {
@@ -209,5 +222,36 @@ impl SimCluster {
                 Ok(())
             }
         }
+    }
+
+    /// A hostile guest: `bytes` bytes without a newline, then one. Printed
+    /// raw by the `ssh` stand-in (pvedeck reads them from its pipe), or in
+    /// process through the reader the `cli` backend uses, so that either
+    /// way pvedeck's own reading is what bounds them.
+    fn flood(&self, bytes: u64, out: LineSink<'_>) {
+        const CHUNK: usize = 64 * 1024;
+        let chunk = [b'x'; CHUNK];
+        let pieces = bytes / CHUNK as u64;
+        let tail = (bytes % CHUNK as u64) as usize;
+        if self.raw_floods.load(std::sync::atomic::Ordering::Relaxed) {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            for _ in 0..pieces {
+                if stdout.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+            let _ = stdout.write_all(&chunk[..tail]);
+            let _ = stdout.write_all(b"\n");
+            let _ = stdout.flush();
+            return;
+        }
+        let mut reader = Collector::new(Limits::GUEST, Some(out));
+        for _ in 0..pieces {
+            reader.feed(&chunk);
+        }
+        reader.feed(&chunk[..tail]);
+        reader.feed(b"\n");
+        reader.finish();
     }
 }

@@ -74,6 +74,8 @@ pub struct SimCluster {
     gateway: Ipv4Addr,
     /// `SIM_GUESTS=qemu`: the VMs are real QEMU machines (`real`).
     real: Option<real::RealGuests>,
+    /// See [`SimCluster::print_guest_floods_raw`].
+    raw_floods: std::sync::atomic::AtomicBool,
 }
 
 /// The saved state of `dir`, or the demo cluster when there is none yet.
@@ -118,6 +120,7 @@ impl SimCluster {
             jitter: settings.jitter,
             gateway: settings.gateway,
             real: None,
+            raw_floods: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -230,13 +233,30 @@ impl SimCluster {
 
     /// Applies an injected fault to an operation (already recorded).
     pub async fn fault(&self, op: &str, vmid: Option<u32>, command: &str) -> Result<(), PveError> {
-        let strike = self.store.update(|s| {
+        let strike = self.take_strike(op, vmid);
+        self.suffer(strike, op, vmid, command).await
+    }
+
+    /// Consumes the strike of the first fault rule for `op` and `vmid`.
+    fn take_strike(&self, op: &str, vmid: Option<u32>) -> Strike {
+        self.store.update(|s| {
             let strike = s.faults.check(op, vmid);
             let changed = strike != Strike::None;
             (strike, changed)
-        });
+        })
+    }
+
+    /// What a strike does to an operation: a failure, a hang, a delay (a
+    /// flood is the guest's to print, see `guest`).
+    async fn suffer(
+        &self,
+        strike: Strike,
+        op: &str,
+        vmid: Option<u32>,
+        command: &str,
+    ) -> Result<(), PveError> {
         match strike {
-            Strike::None => Ok(()),
+            Strike::None | Strike::Flood(_) => Ok(()),
             Strike::Fail(message) => {
                 let message = message.unwrap_or_else(|| default_failure(op, vmid));
                 tracing::info!(op, command, "sim: injected failure");
@@ -251,6 +271,15 @@ impl SimCluster {
                 Ok(())
             }
         }
+    }
+
+    /// The `pvedeck-sim ssh` stand-in prints a guest's flood to its own
+    /// stdout as the bytes they are, for the pvedeck reading the pipe to
+    /// bound (in-process, there is no pipe: the flood goes through the
+    /// same bounded reader the `cli` backend uses).
+    pub fn print_guest_floods_raw(&self) {
+        self.raw_floods
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

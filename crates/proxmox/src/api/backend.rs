@@ -896,11 +896,14 @@ impl Pve for ApiBackend {
             .ok_or_else(|| bad(&command, "no pid"))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(timeout_secs));
         loop {
+            // What the guest printed is in this answer: bounded as the
+            // cli backend bounds `qm guest exec`.
             let status = self
                 .client
-                .get(
+                .get_bounded(
                     &format!("{base}/agent/exec-status"),
                     &[("pid", pid.to_string())],
+                    crate::output::Limits::AGENT.kept,
                 )
                 .await?;
             let exited = status.get("exited").and_then(Value::as_u64) == Some(1);

@@ -130,6 +130,19 @@ impl ApiClient {
         self.call(Method::Get, path, query).await
     }
 
+    /// A `get` whose answer a guest writes (the agent's `exec-status`):
+    /// an answer past `limit` bytes is refused, not read.
+    pub async fn get_bounded(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        limit: usize,
+    ) -> Result<Value, PveError> {
+        self.call_whole(Method::Get, path, query, limit)
+            .await
+            .map(data)
+    }
+
     /// A page of a paged listing (`start`/`limit`): its entries and the
     /// `total` Proxmox counts beside them (pve-manager `PVE/API2/Tasks.pm`,
     /// `read_task_log`: `set_result_attrib('total', …)`).
@@ -138,7 +151,9 @@ impl ApiClient {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<(Value, Option<u64>), PveError> {
-        let whole = self.call_whole(Method::Get, path, query).await?;
+        let whole = self
+            .call_whole(Method::Get, path, query, ANSWER_LIMIT)
+            .await?;
         let total = whole.get("total").and_then(Value::as_u64);
         Ok((data(whole), total))
     }
@@ -197,7 +212,7 @@ impl ApiClient {
             .send()
             .await
             .map_err(|e| self.network_error(&shown, &e))?;
-        answer_whole(&shown, response).await.map(data)
+        answer_whole(&shown, response, ANSWER_LIMIT).await.map(data)
     }
 
     /// One call: the answer's `data`, or the error in Proxmox's words.
@@ -207,7 +222,9 @@ impl ApiClient {
         path: &str,
         params: &[(&str, String)],
     ) -> Result<Value, PveError> {
-        self.call_whole(method, path, params).await.map(data)
+        self.call_whole(method, path, params, ANSWER_LIMIT)
+            .await
+            .map(data)
     }
 
     /// One call: the whole answer (`data` and its attributes, such as
@@ -217,6 +234,7 @@ impl ApiClient {
         method: Method,
         path: &str,
         params: &[(&str, String)],
+        limit: usize,
     ) -> Result<Value, PveError> {
         let shown = format!("{} {path}", method.as_str());
         let mut attempt = 1;
@@ -233,7 +251,7 @@ impl ApiClient {
                 .send()
                 .await
             {
-                Ok(response) => return answer_whole(&shown, response).await,
+                Ok(response) => return answer_whole(&shown, response, limit).await,
                 Err(e) => {
                     let again = method == Method::Get || e.is_connect();
                     if !again || attempt >= ATTEMPTS || self.refused_certificate().is_some() {
@@ -291,8 +309,42 @@ fn data(mut whole: Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The largest answer read from Proxmox: `/cluster/resources` of a large
+/// cluster is megabytes; past this, something is wrong, and pvedeck does not
+/// hold it.
+const ANSWER_LIMIT: usize = crate::output::Limits::PROXMOX.kept;
+
+/// The body, read chunk by chunk, refused once it passes `limit` bytes.
+async fn bounded_body(
+    shown: &str,
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, PveError> {
+    let broke = |e: reqwest::Error| PveError::Command {
+        command: shown.to_string(),
+        message: format!("the answer broke off: {e}"),
+        exit: None,
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(broke)? {
+        if body.len() + chunk.len() > limit {
+            return Err(PveError::Command {
+                command: shown.to_string(),
+                message: format!("the answer is larger than {limit} bytes: not read"),
+                exit: None,
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The answer as a JSON object (`data` and its attributes), or the error.
-async fn answer_whole(shown: &str, response: reqwest::Response) -> Result<Value, PveError> {
+async fn answer_whole(
+    shown: &str,
+    response: reqwest::Response,
+    limit: usize,
+) -> Result<Value, PveError> {
     let status = response.status();
     let reason = response
         .extensions()
@@ -300,11 +352,7 @@ async fn answer_whole(shown: &str, response: reqwest::Response) -> Result<Value,
         .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
         .or_else(|| status.canonical_reason().map(str::to_string))
         .unwrap_or_default();
-    let body = response.bytes().await.map_err(|e| PveError::Command {
-        command: shown.to_string(),
-        message: format!("the answer broke off: {e}"),
-        exit: None,
-    })?;
+    let body = bounded_body(shown, response, limit).await?;
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if status.is_success() {
         return match json {

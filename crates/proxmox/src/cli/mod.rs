@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use pvedeck_config::Config;
 use run::{Output, Runner};
 
+use crate::output::Limits;
 use crate::{
     AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
     PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus, VmResource,
@@ -42,6 +43,18 @@ impl CliBackend {
     async fn on(&self, node: &str, program: &str, args: Vec<String>) -> Result<Output, PveError> {
         let argv = self.runner.on_node(node, program, &args)?;
         self.runner.run(&argv, None, None).await
+    }
+
+    /// [`Self::on`] for a command whose output a guest writes.
+    async fn on_bounded(
+        &self,
+        node: &str,
+        program: &str,
+        args: Vec<String>,
+        limits: Limits,
+    ) -> Result<Output, PveError> {
+        let argv = self.runner.on_node(node, program, &args)?;
+        self.runner.run_bounded(&argv, None, None, limits).await
     }
 
     async fn on_streaming(
@@ -117,8 +130,14 @@ impl CliBackend {
     /// The ssh argument vector for a VM: pvedeck's key only, no prompt, the
     /// host key checked against pvedeck's known-hosts file.
     fn guest_argv(target: &GuestTarget, remote: &str) -> Vec<String> {
+        // `-F /dev/null`: the system's and the service user's ssh_config do
+        // not apply to a guest (a `Host *` with agent forwarding or a
+        // control master meant for the nodes would hand a tenant's VM a
+        // way back); what a guest session may do is said here, in full.
         let mut argv = strings([
             "ssh",
+            "-F",
+            "/dev/null",
             "-o",
             "BatchMode=yes",
             "-o",
@@ -127,6 +146,21 @@ impl CliBackend {
             "LogLevel=ERROR",
             "-o",
             "IdentitiesOnly=yes",
+            "-o",
+            "ForwardAgent=no",
+            "-o",
+            "ForwardX11=no",
+            "-o",
+            "ClearAllForwardings=yes",
+            "-o",
+            "ControlMaster=no",
+            "-o",
+            "ControlPath=none",
+            "-o",
+            "PermitLocalCommand=no",
+            // A guest may not add host keys to pvedeck's pinned file.
+            "-o",
+            "UpdateHostKeys=no",
         ]);
         // The host key is checked against pvedeck's own file: required once
         // recorded, recorded at first contact.
@@ -401,7 +435,7 @@ impl Pve for CliBackend {
         ];
         args.extend(argv.iter().cloned());
         let shown = format!("qm guest exec {vmid}");
-        let out = self.on(node, "qm", args).await?;
+        let out = self.on_bounded(node, "qm", args, Limits::AGENT).await?;
         parse::agent_exec(&shown, &out.stdout)
     }
 
@@ -422,7 +456,10 @@ impl Pve for CliBackend {
         match command {
             GuestCommand::Ready => {
                 let argv = CliBackend::guest_argv(target, super::READY_COMMAND);
-                self.runner.run(&argv, None, Some(out)).await.map(drop)
+                self.runner
+                    .run_bounded(&argv, None, Some(out), Limits::GUEST)
+                    .await
+                    .map(drop)
             }
             GuestCommand::InitScript { body, .. } => {
                 let argv = CliBackend::guest_argv(target, INIT_COMMAND);
@@ -430,7 +467,7 @@ impl Pve for CliBackend {
                 // host whose key it checked: nothing to fetch, nothing in an
                 // argument list.
                 self.runner
-                    .run(&argv, Some(body.as_bytes()), Some(out))
+                    .run_bounded(&argv, Some(body.as_bytes()), Some(out), Limits::GUEST)
                     .await
                     .map(drop)
             }
@@ -459,6 +496,17 @@ mod tests {
         let argv = CliBackend::guest_argv(&target, "echo ready");
         assert_eq!(argv.last().map(String::as_str), Some("echo ready"));
         assert!(argv.contains(&"debian@10.0.0.101".to_string()));
+        assert_eq!(argv[1..3], ["-F", "/dev/null"], "no ssh_config applies");
+        for off in [
+            "ForwardAgent=no",
+            "ForwardX11=no",
+            "ControlMaster=no",
+            "ControlPath=none",
+            "ClearAllForwardings=yes",
+            "UpdateHostKeys=no",
+        ] {
+            assert!(argv.windows(2).any(|w| w == ["-o", off]), "{off}");
+        }
         assert!(
             argv.windows(2)
                 .any(|w| w == ["-i", "/root/.ssh/id_ed25519"])

@@ -8,9 +8,10 @@ use std::net::Ipv4Addr;
 use std::process::Stdio;
 use std::time::Instant;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::output::{Collector, Limits};
 use crate::{LineSink, PveError};
 
 /// Where commands run: locally on the main node, over SSH on the others.
@@ -80,13 +81,25 @@ impl Runner {
         Ok(ssh)
     }
 
-    /// Runs `argv`; `stdin` is written and closed; every output line goes to
-    /// `lines` as it comes.
+    /// Runs a Proxmox command (`qm`, `pvesh`, `pvesm`, on a node): its
+    /// output held up to [`Limits::PROXMOX`].
     pub async fn run(
         &self,
         argv: &[String],
         stdin: Option<&[u8]>,
         lines: Option<LineSink<'_>>,
+    ) -> Result<Output, PveError> {
+        self.run_bounded(argv, stdin, lines, Limits::PROXMOX).await
+    }
+
+    /// Runs `argv`; `stdin` is written and closed; every output line goes to
+    /// `lines` as it comes; each stream is held within `limits`.
+    pub async fn run_bounded(
+        &self,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        lines: Option<LineSink<'_>>,
+        limits: Limits,
     ) -> Result<Output, PveError> {
         let shown = display(argv);
         let Some((program, args)) = argv.split_first() else {
@@ -117,7 +130,10 @@ impl Runner {
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(PveError::command(shown, "output was not captured", 2));
         };
-        let (stdout, stderr) = tokio::join!(collect(stdout, lines), collect(stderr, lines));
+        let (stdout, stderr) = tokio::join!(
+            collect(stdout, lines, limits),
+            collect(stderr, lines, limits)
+        );
         let status = child.wait().await.map_err(|e| PveError::Command {
             command: shown.clone(),
             message: e.to_string(),
@@ -146,18 +162,19 @@ impl Runner {
     }
 }
 
-/// Reads a pipe to its end, handing each line on.
-async fn collect(pipe: impl AsyncRead + Unpin, lines: Option<LineSink<'_>>) -> String {
-    let mut reader = BufReader::new(pipe).lines();
-    let mut all = String::new();
-    while let Ok(Some(line)) = reader.next_line().await {
-        if let Some(sink) = lines {
-            sink(&line);
-        }
-        all.push_str(&line);
-        all.push('\n');
+/// Reads a pipe to its end in fixed-size chunks, handing each line on:
+/// what is held never passes `limits`, however much the command prints.
+async fn collect(
+    mut pipe: impl AsyncRead + Unpin,
+    lines: Option<LineSink<'_>>,
+    limits: Limits,
+) -> String {
+    let mut collector = Collector::new(limits, lines);
+    let mut chunk = vec![0u8; 64 * 1024];
+    while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+        collector.feed(&chunk[..n]);
     }
-    all
+    collector.finish()
 }
 
 #[cfg(test)]
@@ -271,6 +288,23 @@ mod tests {
             err.to_string().starts_with("cannot run /no/such/qm"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_flood_without_newlines_is_held_to_its_bounds() {
+        let script = "head -c 20000000 /dev/zero | tr '\\0' x; printf '\\033]0;t\\007done\\n' >&2";
+        let out = runner()
+            .run_bounded(&s(&["sh", "-c", script]), None, None, Limits::GUEST)
+            .await
+            .unwrap();
+        assert!(out.stdout.len() < 4200, "{}", out.stdout.len());
+        assert!(
+            out.stdout
+                .ends_with(&format!("… ({} bytes cut)\n", 20_000_000 - 4000)),
+            "{}",
+            &out.stdout[4000..]
+        );
+        assert_eq!(out.stderr, "]0;tdone\n");
     }
 
     #[tokio::test]

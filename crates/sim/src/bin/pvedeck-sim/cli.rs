@@ -89,6 +89,9 @@ fn run(argv: Vec<String>) -> i32 {
         }
     };
     sim.record_argv(&argv);
+    // Its stdout is the pipe pvedeck reads: a guest's flood goes there as
+    // bytes, for pvedeck to bound.
+    sim.print_guest_floods_raw();
     runtime.block_on(async {
         let face = Face {
             sim: &sim,
