@@ -16,4 +16,5 @@ pub mod metrics;
 mod secret;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod ui;

@@ -46,6 +46,8 @@ pub enum StartError {
     SignIn(#[from] crate::engine::signin::SignInError),
     #[error("server stopped: {0}")]
     Serve(std::io::Error),
+    #[error("cannot serve HTTPS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 pub fn init_tracing(filter: &str) -> Result<(), String> {
@@ -176,7 +178,16 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     };
 
     let backend = SharedBackend(Arc::new(crate::ui::UiBackend(engine.clone())));
-    let context = move || provide_context(backend.clone());
+    let context = move || {
+        provide_context(backend.clone());
+        // The page's nonce, the one its Content-Security-Policy names
+        // (`api::headers`), in place of the one Leptos made up.
+        let nonce = use_context::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<api::headers::CspNonce>().cloned());
+        if let Some(api::headers::CspNonce(nonce)) = nonce {
+            provide_context(leptos::nonce::Nonce::from_value(nonce));
+        }
+    };
     let routes = generate_route_list(App);
 
     let router = Router::new()
@@ -200,6 +211,11 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             state.clone(),
             api::middleware::guard_cross_site,
         ))
+        .layer(axum::middleware::from_fn(api::middleware::limit_body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::headers::security_headers,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::middleware::log_request,
@@ -209,12 +225,60 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
 }
 
 /// The address to print for people: a wildcard bind is reachable on loopback.
-fn url_for(addr: SocketAddr) -> String {
+fn url_for(addr: SocketAddr, https: bool) -> String {
     let ip = match addr.ip() {
         ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         ip => ip,
     };
-    format!("http://{}", SocketAddr::new(ip, addr.port()))
+    let scheme = if https { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// Where connections come from: the TCP listener, or its TLS sessions.
+enum Listening {
+    Plain(TcpListener),
+    Tls(crate::tls::TlsListener),
+}
+
+impl Listening {
+    fn new(tcp: TcpListener, config: &Config) -> Result<Listening, StartError> {
+        Ok(match config.tls.clone() {
+            None => Listening::Plain(tcp),
+            Some(files) => Listening::Tls(crate::tls::TlsListener::new(tcp, files)?),
+        })
+    }
+}
+
+/// Serves `router` on `listener` until `stop` resolves (then lets open
+/// connections finish).
+async fn serve_on<L>(
+    listener: L,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    use axum::serve::ListenerExt;
+    // Tapped (with nothing): axum gives the peer's address as
+    // `ConnectInfo` for any listener so wrapped, the TLS one included.
+    axum::serve(
+        listener.tap_io(|_: &mut L::Io| {}),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop)
+    .await
+}
+
+async fn serve_listening(
+    listening: Listening,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match listening {
+        Listening::Plain(tcp) => serve_on(tcp, router, stop).await,
+        Listening::Tls(tls) => serve_on(tls, router, stop).await,
+    }
 }
 
 /// A server running in the background (tests, benchmarks).
@@ -239,17 +303,19 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, StartError> {
 pub async fn spawn(config: Config) -> Result<Running, StartError> {
     let listener = bind(&config).await?;
     let addr = local_addr(&listener)?;
+    let https = config.tls.is_some();
     preflight(&config).await?;
+    let listening = Listening::new(listener, &config)?;
     let router = build(config)?;
     let task = tokio::spawn(async move {
-        let service = router.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, service).await {
+        let forever = std::future::pending::<()>();
+        if let Err(e) = serve_listening(listening, router, forever).await {
             tracing::error!("server stopped: {e}");
         }
     });
     Ok(Running {
         addr,
-        url: url_for(addr),
+        url: url_for(addr, https),
         task,
     })
 }
@@ -265,11 +331,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tracing::warn!("{risk}");
     }
     preflight(&config).await?;
+    let https = config.tls.is_some();
+    let listening = Listening::new(listener, &config)?;
     let (router, engine) = assemble(config)?;
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(
         "pvedeck listening on {} (backend: {backend})",
-        url_for(addr)
+        url_for(addr, https)
     );
     tracing::info!(%addr, %backend, "listening");
     // The server keeps answering through the grace (new jobs get 503,
@@ -283,11 +351,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             stopped.notify_one();
         }
     };
-    let server = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop);
+    let server = serve_listening(listening, router, stop);
     // Every job stream has had its last event by now; a connection that
     // stays open (a page's cluster view) does not hold the exit.
     let linger = async {

@@ -324,3 +324,172 @@ async fn each_vm_gets_its_own_root_password_shown_once_and_kept_nowhere() {
     }
     assert_ne!(seen[0], seen[1], "each VM its own password");
 }
+
+#[tokio::test]
+async fn no_page_can_be_framed_and_a_page_runs_only_its_own_scripts() {
+    let server = common::server(&[]).await;
+    let page = reqwest::get(format!("{}/", server.url))
+        .await
+        .expect("the overview");
+    let headers = page.headers().clone();
+    let html = page.text().await.expect("html");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["referrer-policy"], "same-origin");
+    assert!(
+        !headers.contains_key("strict-transport-security"),
+        "plain HTTP"
+    );
+    let csp = headers["content-security-policy"].to_str().expect("ascii");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    let nonce = csp
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("a nonce in {csp}"));
+    // Every script the page carries is one the policy lets run.
+    let scripts: Vec<&str> = html.split("<script").skip(1).collect();
+    assert!(!scripts.is_empty(), "{html}");
+    for script in scripts {
+        let tag = script.split('>').next().unwrap_or_default();
+        assert!(tag.contains(&format!("nonce=\"{nonce}\"")), "{tag}");
+    }
+    // A fresh nonce for every page.
+    let again = reqwest::get(format!("{}/", server.url))
+        .await
+        .expect("again");
+    let csp_again = again.headers()["content-security-policy"].clone();
+    assert_ne!(csp_again.to_str().ok(), Some(csp));
+    // The API's answers say the same.
+    let list = reqwest::get(format!("{}/api/vm/list", server.url))
+        .await
+        .expect("list");
+    assert_eq!(list.headers()["x-frame-options"], "DENY");
+    assert!(
+        list.headers()["content-security-policy"]
+            .to_str()
+            .is_ok_and(|p| p.contains("frame-ancestors 'none'") && !p.contains("nonce"))
+    );
+}
+
+/// Sends `head` and then `body` on a connection of its own, and reads the
+/// whole answer: a request as a client that will not stop would
+/// send it, without a client library's own idea of when to give up.
+async fn raw_request(url: &str, head: &str, body: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(body).await.expect("body");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn bodies_above_a_megabyte_get_413_before_anything_decodes_them() {
+    let server = common::server(&[]).await;
+    let before = qm_runs(&server).await;
+    let host = server.url.trim_start_matches("http://").to_string();
+    // Announced as 50 MB: refused on its headers, before a byte of it is
+    // read (none is sent).
+    for path in ["/fn/action", "/api/vm/install"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: 52428800\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_request(&server.url, &head, b"").await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413 Payload Too Large"),
+            "{path}: {answer}"
+        );
+        assert!(
+            answer.contains("the request body is larger than 1048576 bytes"),
+            "{answer}"
+        );
+    }
+    // Sent in chunks, without a length: read up to the limit, no further.
+    let mut chunked = Vec::new();
+    for _ in 0..17 {
+        chunked.extend_from_slice(format!("{:x}\r\n", 64 * 1024).as_bytes());
+        chunked.extend_from_slice(&[b' '; 64 * 1024]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    for path in ["/fn/action", "/api/vm/install"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_request(&server.url, &head, &chunked).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413 Payload Too Large"),
+            "{path}: {answer}"
+        );
+    }
+    assert_eq!(qm_runs(&server).await, before, "nothing ran");
+}
+
+/// A `GET /api/vm/list` with `token` and, when given, `X-Forwarded-For`.
+async fn list_as(url: &str, token: &str, forwarded_for: Option<&str>) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .get(format!("{url}/api/vm/list"))
+        .bearer_auth(token);
+    if let Some(client) = forwarded_for {
+        req = req.header("x-forwarded-for", client);
+    }
+    let res = req.send().await.expect("request");
+    let status = res.status().as_u16();
+    (status, res.text().await.expect("body"))
+}
+
+const TOKEN: &str = "the-one-admin-token-here";
+const GUESS: &str = "a-guess-at-the-admin-token";
+
+#[tokio::test]
+async fn token_guessing_is_limited_per_client_and_a_header_alone_names_no_one() {
+    let server = common::server(&[("API_TOKENS", TOKEN)]).await;
+    let url = &server.url;
+    for n in 0..5 {
+        // A client may claim to be someone else: without TRUSTED_PROXIES
+        // that is not believed, and all five count for 127.0.0.1.
+        let (status, body) = list_as(url, GUESS, Some(&format!("198.51.100.{n}"))).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let (status, body) = list_as(url, GUESS, Some("198.51.100.99")).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("too many failed tokens from 127.0.0.1: try again in"),
+        "{body}"
+    );
+    // Locked out is the client, whatever it sends now.
+    assert_eq!(list_as(url, TOKEN, None).await.0, 429);
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_is_limited_alone() {
+    let server = common::server(&[("API_TOKENS", TOKEN), ("TRUSTED_PROXIES", "127.0.0.1")]).await;
+    let url = &server.url;
+    // The attacker, as the proxy names it (what it wrote further left is
+    // its own say).
+    let attacker = "203.0.113.66, 198.51.100.7";
+    for _ in 0..5 {
+        assert_eq!(list_as(url, GUESS, Some(attacker)).await.0, 401);
+    }
+    let (status, body) = list_as(url, GUESS, Some(attacker)).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("from 198.51.100.7"), "{body}");
+    // Everyone else behind the same proxy goes on.
+    assert_eq!(list_as(url, TOKEN, Some("198.51.100.8")).await.0, 200);
+    assert_eq!(list_as(url, GUESS, Some("198.51.100.9")).await.0, 401);
+    assert_eq!(list_as(url, TOKEN, None).await.0, 200, "the proxy itself");
+    // An IPv6 client is its /64: another address of it does not start over.
+    for n in 1..=5 {
+        let client = format!("2001:db8:5:6::{n}");
+        assert_eq!(list_as(url, GUESS, Some(&client)).await.0, 401);
+    }
+    let (status, body) = list_as(url, GUESS, Some("2001:db8:5:6:abcd::1")).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("from 2001:db8:5:6::/64"), "{body}");
+    assert_eq!(list_as(url, TOKEN, Some("2001:db8:5:7::1")).await.0, 200);
+}

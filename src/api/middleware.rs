@@ -1,8 +1,9 @@
 //! Request logging and the guards in front of every state-changing route.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -37,6 +38,63 @@ pub async fn log_request(State(state): State<AppState>, req: Request, next: Next
         "request"
     );
     response
+}
+
+/// Who sent a request: the TCP peer, unless it is one of
+/// `TRUSTED_PROXIES`; then the client its `X-Forwarded-For` names (anyone
+/// else's header is their own say and is not read).
+pub fn client_address(state: &AppState, req: &Request) -> Option<IpAddr> {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip())?;
+    let proxies = &state.config.trusted_proxies;
+    if proxies.is_empty() {
+        return Some(peer);
+    }
+    let forwarded: Vec<&str> = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    Some(proxies.client(peer, &forwarded))
+}
+
+/// The largest request body taken, on every route (`/fn` included).
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// Bodies above [`MAX_BODY`] get 413 before anything reads them: one
+/// announced larger is refused unread, one sent in chunks is read up to the
+/// limit and no further. What passes is handed on whole, so no handler or
+/// server function decodes more than the limit.
+pub async fn limit_body(req: Request, next: Next) -> Response {
+    if !has_body(req.headers()) {
+        return next.run(req).await;
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {MAX_BODY} bytes"),
+        )
+        .into_response()
+    };
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(_) => too_large(),
+    }
 }
 
 fn changes_state(method: &Method) -> bool {
@@ -91,16 +149,14 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// to `/login` for pages); `/metrics` is for admins; a state-changing
 /// `/api` request passes `ALLOW_IPS` (403). On `/api`, a session cookie
 /// counts for reads only (the browser's event streams): a change takes a
-/// bearer token. The client address is the TCP peer's: a forwarded-for
-/// header is not trusted, as anyone can send one.
+/// bearer token. The client address is the TCP peer's, or with
+/// `TRUSTED_PROXIES` what a trusted proxy's `X-Forwarded-For` says
+/// ([`client_address`]).
 pub async fn identify(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let api = path.starts_with("/api/");
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip());
+    let peer = client_address(&state, &req);
     let headers = req.headers();
     let token = headers
         .get(header::AUTHORIZATION)

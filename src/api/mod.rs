@@ -6,6 +6,7 @@ pub mod auth;
 mod body;
 mod cross_site;
 mod error;
+pub mod headers;
 mod jobs;
 pub mod middleware;
 mod openapi;

@@ -74,7 +74,16 @@ impl Engine {
             return Ok(open);
         }
         let principal = match (credential.token, credential.session) {
-            (Some(token), _) => Some(self.token_principal(token)?),
+            (Some(token), _) => {
+                // Counted before it is looked at: a brute force gets 429
+                // once its client has failed five times in a minute.
+                self.tokens
+                    .begin(client, Instant::now())
+                    .map_err(|e| EngineError::TooMany(e.to_string()))?;
+                let principal = self.token_principal(token)?;
+                self.tokens.succeeded(client);
+                Some(principal)
+            }
             (None, Some(session)) => self.session_principal(session),
             (None, None) => None,
         };
@@ -157,8 +166,8 @@ impl Engine {
             ));
         }
         let now = Instant::now();
-        self.sessions
-            .may_try(client, now)
+        self.logins
+            .begin(client, now)
             .map_err(|e| EngineError::TooMany(e.to_string()))?;
         let who = Actor {
             principal: None,
@@ -167,7 +176,6 @@ impl Engine {
         let principal = match self.token_principal(token) {
             Ok(principal) => principal,
             Err(e) => {
-                self.sessions.failed(client, now);
                 let why = match &e {
                     EngineError::Unauthorized(_) if !self.config.api_tokens.is_empty() => {
                         "that token is not one of API_TOKENS or a personal token".to_string()
@@ -189,9 +197,10 @@ impl Engine {
             Some(n) => Subject::ApiToken(n),
             None => Subject::User(principal.name.clone()),
         };
+        self.logins.forgive(client);
         let session = self
             .sessions
-            .open(client, now, subject)
+            .open(now, subject)
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let who = Actor {
             principal: Some(principal),

@@ -34,6 +34,7 @@ mod stopping;
 mod storage;
 mod templates;
 pub mod tenancy;
+pub mod throttle;
 
 use std::sync::Arc;
 
@@ -70,6 +71,9 @@ pub struct Engine {
     template_builds: templates::Builds,
     /// The UI's logins.
     sessions: sessions::Sessions,
+    /// Failed logins and failed bearer tokens, per client.
+    logins: throttle::Throttle,
+    tokens: throttle::Throttle,
     /// A SIGTERM's grace, the job tasks it waits for.
     stopping: stopping::Stopping,
     /// Users, tokens and owners, as last read.
@@ -150,6 +154,8 @@ impl Engine {
             key_lock: tokio::sync::Mutex::new(()),
             template_builds: Default::default(),
             sessions: sessions::Sessions::new(config_ttl),
+            logins: throttle::Throttle::new("logins"),
+            tokens: throttle::Throttle::new("tokens"),
             stopping: stopping::Stopping::default(),
             directory: parts.directory,
             ledger: quota::Ledger::default(),

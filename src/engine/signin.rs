@@ -369,7 +369,6 @@ impl super::Engine {
         let session = self
             .sessions
             .open(
-                client,
                 Instant::now(),
                 super::sessions::Subject::User(identity.name.clone()),
             )

@@ -303,7 +303,22 @@ pub fn start_process(
     data_dir: &std::path::Path,
     env: &[(String, String)],
 ) -> (std::process::Child, String) {
+    let (child, url, _) = start_process_with_lines(data_dir, env);
+    (child, url)
+}
+
+/// [`start_process`], and every line the server prints from then on (its
+/// log), for a test to wait on.
+pub fn start_process_with_lines(
+    data_dir: &std::path::Path,
+    env: &[(String, String)],
+) -> (
+    std::process::Child,
+    String,
+    std::sync::mpsc::Receiver<String>,
+) {
     use std::io::{BufRead, BufReader, Read, Write};
+    let (lines_tx, lines) = std::sync::mpsc::channel();
     let log_path = data_dir.join("server.log");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvedeck"))
         .current_dir(data_dir)
@@ -330,7 +345,11 @@ pub fn start_process(
         let mut log = log;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = writeln!(log, "{line}");
-            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            let _ = lines_tx.send(line.clone());
+            if let Some(url) = line
+                .split_whitespace()
+                .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            {
                 let _ = tx.send(url.to_string());
             }
         }
@@ -341,7 +360,7 @@ pub fn start_process(
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             panic!("pvedeck did not start: {log}")
         });
-    (child, url)
+    (child, url, lines)
 }
 
 /// Kills a child process however the test ends.

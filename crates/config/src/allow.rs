@@ -13,7 +13,7 @@ fn block(entry: &str) -> Option<IpNet> {
 }
 
 /// A dual-stack listener reports IPv4 clients as `::ffff:a.b.c.d`.
-fn canonical(ip: IpAddr) -> IpAddr {
+pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
@@ -60,6 +60,58 @@ impl AllowList {
     }
 }
 
+/// `TRUSTED_PROXIES`: the reverse proxies in front of pvedeck, whose
+/// `X-Forwarded-For` is believed. Empty: none, and the TCP peer is the
+/// client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Proxies(Vec<IpNet>);
+
+impl Proxies {
+    /// Parses a comma list; on failure returns the entry that is neither an
+    /// address nor a CIDR block.
+    pub fn parse(raw: &str) -> Result<Proxies, String> {
+        raw.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|entry| block(entry).ok_or_else(|| entry.to_string()))
+            .collect::<Result<_, _>>()
+            .map(Proxies)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.0.iter().any(|b| b.contains(&ip))
+    }
+
+    /// The client of a request from `peer`, given its `X-Forwarded-For`
+    /// values in order: the peer itself unless it is a trusted proxy;
+    /// else the rightmost forwarded address that is not one (what a client
+    /// writes further left is its own say, not to be believed). A list
+    /// that is all proxies, or unreadable before a client is found, leaves
+    /// the last address that was.
+    pub fn client(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
+        let mut client = canonical(peer);
+        if !self.trusts(client) {
+            return client;
+        }
+        let hops = forwarded_for.iter().flat_map(|v| v.split(',')).rev();
+        for hop in hops {
+            let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+                break;
+            };
+            client = canonical(ip);
+            if !self.trusts(client) {
+                break;
+            }
+        }
+        client
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +152,32 @@ mod tests {
             AllowList::parse("10.0.0.1/40"),
             Err("10.0.0.1/40".to_string())
         );
+    }
+
+    #[test]
+    fn a_forwarded_client_is_believed_only_from_a_trusted_proxy() {
+        let proxies = Proxies::parse("10.0.0.5, fd00::/8").unwrap();
+        let xff = ["198.51.100.7, 10.0.0.5"];
+        // Not from the proxy: its header is anyone's say.
+        assert_eq!(proxies.client(ip("203.0.113.9"), &xff), ip("203.0.113.9"));
+        // From the proxy: the rightmost address that is not a proxy.
+        assert_eq!(proxies.client(ip("10.0.0.5"), &xff), ip("198.51.100.7"));
+        assert_eq!(
+            proxies.client(ip("::ffff:10.0.0.5"), &["1.2.3.4, 198.51.100.7"]),
+            ip("198.51.100.7"),
+            "a client cannot choose its address by writing one further left"
+        );
+        assert_eq!(
+            proxies.client(ip("10.0.0.5"), &["1.2.3.4", "198.51.100.7, fd00::1"]),
+            ip("198.51.100.7"),
+            "several headers are one list"
+        );
+        assert_eq!(proxies.client(ip("10.0.0.5"), &[]), ip("10.0.0.5"));
+        assert_eq!(
+            proxies.client(ip("10.0.0.5"), &["garbage, 198.51.100.8"]),
+            ip("198.51.100.8")
+        );
+        assert_eq!(Proxies::parse("10.0.0.1,nope"), Err("nope".to_string()));
+        assert!(Proxies::default().is_empty());
     }
 }

@@ -21,7 +21,7 @@ use pvedeck_domain::rules::{CPU_CEILING, MIN_DISK_GB, MIN_RAM_MB, VMID_ADDRESSES
 use pvedeck_domain::scripts::ScriptSet;
 pub use pvedeck_domain::secret::Secret;
 
-use allow::AllowList;
+use allow::{AllowList, Proxies};
 use pve_api::{ApiSettings, Fingerprint, Trust};
 use sites::Sites;
 
@@ -36,6 +36,14 @@ fn read_certificates(path: &str) -> Result<Vec<rustls_pki_types::CertificateDer<
         return Err("holds no PEM certificate".to_string());
     }
     Ok(certs)
+}
+
+/// `TLS_CERT_FILE` and `TLS_KEY_FILE`: the PEM files pvedeck serves
+/// HTTPS with (read at start and again on `SIGHUP`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// `MANAGE`.
@@ -177,6 +185,10 @@ pub struct Config {
     /// `TEMPLATE_ID_START`..=`TEMPLATE_ID_END`: where golden templates go.
     pub template_ids: std::ops::RangeInclusive<u32>,
     pub allow_ips: AllowList,
+    /// `TRUSTED_PROXIES`: whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Proxies,
+    /// `TLS_CERT_FILE` and `TLS_KEY_FILE`: HTTPS served by pvedeck itself.
+    pub tls: Option<TlsFiles>,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
@@ -280,6 +292,17 @@ impl Config {
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         Vars::new(&vars).parse()
+    }
+
+    /// Whether browsers reach pvedeck over HTTPS: its own (`TLS_CERT_FILE`)
+    /// or a proxy's (`PUBLIC_URL` is `https://`).
+    pub fn serves_https(&self) -> bool {
+        self.tls.is_some()
+            || self
+                .sites
+                .public
+                .as_deref()
+                .is_some_and(|url| url.starts_with("https://"))
     }
 
     /// What a real cluster is open to with these settings: anyone who
@@ -557,6 +580,41 @@ impl<'a> Vars<'a> {
             })?,
         };
 
+        let trusted_proxies = match self.get("TRUSTED_PROXIES") {
+            None => Proxies::default(),
+            Some(raw) => Proxies::parse(raw).map_err(|entry| {
+                invalid(
+                    "TRUSTED_PROXIES",
+                    raw,
+                    format!(
+                        "is not a comma list of IP addresses or CIDR blocks ('{entry}' is neither)"
+                    ),
+                )
+            })?,
+        };
+
+        let tls = match (self.get("TLS_CERT_FILE"), self.get("TLS_KEY_FILE")) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: PathBuf::from(cert),
+                key: PathBuf::from(key),
+            }),
+            (Some(cert), None) => {
+                return Err(invalid(
+                    "TLS_CERT_FILE",
+                    cert,
+                    "needs TLS_KEY_FILE as well: set both or neither",
+                ));
+            }
+            (None, Some(key)) => {
+                return Err(invalid(
+                    "TLS_KEY_FILE",
+                    key,
+                    "needs TLS_CERT_FILE as well: set both or neither",
+                ));
+            }
+        };
+
         let limits = Limits {
             max_cpu: self.u32_in("VM_MAX_CPU", 1, CPU_CEILING)?,
             max_ram_mb: self.u32_in("VM_MAX_RAM", MIN_RAM_MB as u32, u32::MAX)?,
@@ -745,6 +803,8 @@ impl<'a> Vars<'a> {
             assign_ip_end,
             template_ids,
             allow_ips,
+            trusted_proxies,
+            tls,
             limits,
             vm_balloon_min_mb,
             vm_root_password,
@@ -1424,6 +1484,22 @@ mod tests {
         assert_eq!(
             err(&[("RESERVED", "100:a,100:b")]),
             "RESERVED=100:a,100:b names id 100 twice"
+        );
+    }
+
+    #[test]
+    fn tls_files_go_together_and_proxies_are_addresses() {
+        assert_eq!(parse(&[]).unwrap().tls, None);
+        let both = parse(&[("TLS_CERT_FILE", "/c.pem"), ("TLS_KEY_FILE", "/k.pem")]).unwrap();
+        assert!(both.serves_https());
+        assert_eq!(
+            err(&[("TLS_CERT_FILE", "/c.pem")]),
+            "TLS_CERT_FILE=/c.pem needs TLS_KEY_FILE as well: set both or neither"
+        );
+        assert_eq!(
+            err(&[("TRUSTED_PROXIES", "10.0.0.1, proxy")]),
+            "TRUSTED_PROXIES=10.0.0.1, proxy is not a comma list of IP addresses or CIDR \
+             blocks ('proxy' is neither)"
         );
     }
 

@@ -94,6 +94,19 @@ pub const SETTINGS: &[Setting] = &[
          warning ([Security: the exposure warning](security.md#the-exposure-warning)).",
     ),
     s(
+        "TLS_CERT_FILE",
+        Server,
+        "unset: plain HTTP",
+        "PEM certificate chain: pvedeck serves HTTPS itself (rustls), with `TLS_KEY_FILE`; both \
+         files are read again on `SIGHUP` ([Operations: HTTPS](operations.md#https)).",
+    ),
+    s(
+        "TLS_KEY_FILE",
+        Server,
+        "unset",
+        "PEM private key (PKCS#8, PKCS#1 or SEC1) of `TLS_CERT_FILE`; set both or neither.",
+    ),
+    s(
         "DATA_DIR",
         Server,
         "`./data`",
@@ -397,6 +410,14 @@ pub const SETTINGS: &[Setting] = &[
         "The quota of the members of group `<name>`, as `QUOTA_DEFAULT` (which fills what it \
          leaves out); a user in several groups has the largest of each measure, a user's own \
          quota (`pvedeck user quota`) comes first.",
+    ),
+    s(
+        "TRUSTED_PROXIES",
+        Access,
+        "empty: the TCP peer is the client",
+        "Comma list of addresses and CIDR blocks of reverse proxies whose `X-Forwarded-For` names \
+         the client — for `ALLOW_IPS`, the sign-in and token limits, the stream limits and the \
+         audit log ([Security: behind a proxy](security.md#behind-a-reverse-proxy)).",
     ),
     s(
         "AUDIT_KEEP_DAYS",
