@@ -171,6 +171,11 @@ async fn followers_of_a_job_are_limited() {
     // A `qm importdisk` that never ends keeps the job, and its stream, open.
     common::fault(&s, r#"{"op":"importdisk","action":"hang"}"#).await;
     let (job, res) = open_install(&s.url).await;
+    // The installer's own stream is not one of them: one follower more fits.
+    let first = reqwest::get(format!("{}/api/jobs/{job}/events", s.url))
+        .await
+        .expect("a follower");
+    assert_eq!(first.status(), 200);
     let (status, body) = common::get(&format!("{}/api/jobs/{job}/events", s.url)).await;
     assert_eq!(
         (status, body.as_str()),
@@ -180,5 +185,44 @@ async fn followers_of_a_job_are_limited() {
                 .as_str()
         )
     );
-    drop(res);
+    drop((res, first));
+}
+
+#[tokio::test]
+async fn ten_thousand_idle_followers_from_one_address_leave_the_installer_streaming() {
+    let s = common::server(&[]).await;
+    // Job 1 hangs in its import: a stream to hold open for ever.
+    common::fault(&s, r#"{"op":"importdisk","action":"hang","vmid":106}"#).await;
+    let (job, first) = open_install(&s.url).await;
+    let url = format!("{}/api/jobs/{job}/events", s.url);
+    let client = reqwest::Client::new();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..20 {
+        let batch = (0..500).map(|_| client.get(&url).send());
+        for answer in futures_util::future::join_all(batch).await {
+            let answer = answer.expect("an answer");
+            match answer.status().as_u16() {
+                200 => held.push(answer),
+                503 => {
+                    let said = answer.text().await.expect("body");
+                    assert!(said.contains("(MAX_FOLLOWERS_PER_CLIENT)"), "{said}");
+                    refused += 1;
+                }
+                other => panic!("status {other}"),
+            }
+        }
+    }
+    assert_eq!(held.len(), 100, "MAX_FOLLOWERS_PER_CLIENT's default");
+    assert_eq!(refused, 9_900);
+    // The same address installs again: its own stream runs to the end.
+    let (second, events) = common::install(&s.url, DEBIAN).await;
+    assert_ne!(second, job);
+    assert!(
+        events.last().is_some_and(common::Sse::is_close),
+        "{events:#?}"
+    );
+    let stored = common::json(&format!("{}/api/jobs/{second}", s.url)).await;
+    assert_eq!(stored["state"], "succeeded", "{events:#?}");
+    drop((first, held));
 }

@@ -92,5 +92,5 @@ pub async fn events(
         })
         .transpose()?
         .unwrap_or(0);
-    sse::job_events(&state.engine, &actor, id, after).await
+    sse::job_events(&state.engine, &actor, id, after, false).await
 }

@@ -25,14 +25,16 @@ fn to_event(update: Update) -> Event {
 
 /// Replays job `id` after event `after`, then follows it live.
 /// A job's events as `actor` may follow them: another user's job is 404.
+/// `started`: this is the stream of the request that started the job.
 pub async fn job_events(
     engine: &Arc<Engine>,
     actor: &Actor,
     id: u64,
     after: u64,
+    started: bool,
 ) -> Result<Response, ApiError> {
     let rx = engine
-        .follow_for(actor, id, after)
+        .follow_for(actor, id, after, started)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
     // The follower task drops its sender after `Closed`, which ends the stream.

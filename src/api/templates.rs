@@ -53,7 +53,7 @@ async fn streamed(
         .template_command(actor, command)
         .await?
         .ok_or_else(|| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no job"))?;
-    sse::job_events(&state.engine, actor, job, 0).await
+    sse::job_events(&state.engine, actor, job, 0, true).await
 }
 
 /// Builds the template's release anew, streamed like a build; the old

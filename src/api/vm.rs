@@ -95,7 +95,7 @@ pub async fn install(
     Checked(request): Checked<InstallBody>,
 ) -> Result<Response, ApiError> {
     let job = state.engine.install_as(&actor, request).await?;
-    sse::job_events(&state.engine, &actor, job, 0).await
+    sse::job_events(&state.engine, &actor, job, 0, true).await
 }
 
 /// `running` or `stopped`, from `qm status`.
@@ -294,7 +294,7 @@ async fn streamed(
         .command(actor, id, command)
         .await?
         .ok_or_else(|| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no job"))?;
-    sse::job_events(&state.engine, actor, job, 0).await
+    sse::job_events(&state.engine, actor, job, 0, true).await
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use super::install::{Summary, finalizing};
 use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
+use crate::jobs::Follower;
 use crate::jobs::{JobHandle, Update};
 
 /// The longest pause between two knocks on the guest agent: each is a
@@ -388,11 +389,15 @@ impl Engine {
         step.processing(format!(
             "[*] no template {name} yet: building it (job {build})"
         ));
-        let follow = self.jobs.follow(build, 0, false).await.map_err(failed(
-            &step,
-            "failed to follow the template build",
-            Cleanup::Nothing,
-        ))?;
+        let follow = self
+            .jobs
+            .follow(build, 0, false, Follower::Starter)
+            .await
+            .map_err(failed(
+                &step,
+                "failed to follow the template build",
+                Cleanup::Nothing,
+            ))?;
         if let Some(mut updates) = follow {
             while let Some(update) = updates.recv().await {
                 match update {

@@ -20,7 +20,9 @@ use super::directory::People;
 use super::quota::{Ticket, quota_of};
 use super::snapshot::Listed;
 use super::{Engine, EngineError, Listing};
-use crate::jobs::{FollowError, Update};
+use pvedeck_config::allow::ClientKey;
+
+use crate::jobs::{FollowError, Follower, Update};
 
 /// What a job started in a scope carries: the user it belongs to, and
 /// the quota admission it runs under.
@@ -261,11 +263,14 @@ impl Engine {
     /// Follows a job `actor` sees (else `None`, as for no job): what is
     /// shown once (a generated root password) reaches only the job's
     /// owner, or an admin for a job without one.
+    /// `started`: the stream is the one of the request that started the
+    /// job (never refused, see [`Follower::Starter`]).
     pub async fn follow_for(
         &self,
         actor: &Actor,
         id: u64,
         after: u64,
+        started: bool,
     ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
         let Some(job) = self.jobs.job(id).await? else {
             return Ok(None);
@@ -278,7 +283,14 @@ impl Engine {
             Some(owner) => actor.principal.as_ref().is_some_and(|p| p.name == owner),
             None => actor.is_admin(),
         };
-        self.jobs.follow(id, after, reveal).await
+        let owns =
+            owner.is_some_and(|owner| actor.principal.as_ref().is_some_and(|p| p.name == owner));
+        let who = match (started, owns) {
+            (true, _) => Follower::Starter,
+            (false, true) => Follower::Owner,
+            (false, false) => Follower::Reader(actor.client.map(ClientKey::of)),
+        };
+        self.jobs.follow(id, after, reveal, who).await
     }
 
     pub async fn status_for(&self, actor: &Actor, vmid: u32) -> Result<String, EngineError> {

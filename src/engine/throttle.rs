@@ -9,11 +9,11 @@
 //! until the first has failed.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use pvedeck_config::allow::ClientKey;
 use pvedeck_support::sync::lock;
 
 /// Tries a client may have fail (or in flight) within [`WINDOW`].
@@ -22,34 +22,6 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// Clients tracked at most: past it the oldest window goes first, so a
 /// flood of addresses costs bounded memory and locks out no one else.
 const MAX_CLIENTS: usize = 100_000;
-
-/// Whom a limit counts: an IPv4 address, or the /64 of an IPv6 one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClientKey {
-    V4(Ipv4Addr),
-    V6Prefix(u64),
-}
-
-impl ClientKey {
-    pub fn of(ip: IpAddr) -> ClientKey {
-        match pvedeck_config::allow::canonical(ip) {
-            IpAddr::V4(v4) => ClientKey::V4(v4),
-            IpAddr::V6(v6) => ClientKey::V6Prefix((u128::from(v6) >> 64) as u64),
-        }
-    }
-}
-
-impl fmt::Display for ClientKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientKey::V4(v4) => write!(f, "{v4}"),
-            ClientKey::V6Prefix(prefix) => {
-                let net = std::net::Ipv6Addr::from(u128::from(*prefix) << 64);
-                write!(f, "{net}/64")
-            }
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("too many failed {what} from {client}: try again in {wait_secs} s")]
@@ -187,7 +159,7 @@ mod tests {
         assert_eq!(t.begin(ip("2001:db8:1:3::1"), now), Ok(()));
         assert_eq!(
             ClientKey::of("::ffff:10.0.0.1".parse().unwrap()),
-            ClientKey::V4(Ipv4Addr::new(10, 0, 0, 1))
+            ClientKey::V4(std::net::Ipv4Addr::new(10, 0, 0, 1))
         );
     }
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use pvedeck_config::JobLimits;
+use pvedeck_config::allow::ClientKey;
 use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 use pvedeck_support::clock::now_ms;
 use pvedeck_support::sync::lock;
@@ -47,26 +48,76 @@ pub struct Jobs {
     /// order, and only then broadcast — never on an async worker thread.
     writes: std::sync::mpsc::Sender<Write>,
     limits: JobLimits,
-    /// Open followers per job.
-    followers: Mutex<HashMap<u64, usize>>,
+    /// Open followers, counted per job, per client and in all.
+    followers: Mutex<FollowerCounts>,
     /// `/metrics`: jobs, steps and streams are counted as they pass here.
     metrics: Arc<Metrics>,
+}
+
+/// Who follows a job, for the stream limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follower {
+    /// The request that started the job (an install's or an action's own
+    /// stream), or pvedeck itself (a clone waiting for its template):
+    /// never refused, so that no job fails or goes unseen because others
+    /// hold every stream.
+    Starter,
+    /// The job's owner (its user, signed in): past the job's and the
+    /// server's limits, up to [`OWNER_STREAMS`] of the job at once.
+    Owner,
+    /// Anyone else who may see the job: within `MAX_FOLLOWERS_PER_CLIENT`
+    /// of its client, `MAX_FOLLOWERS_PER_JOB` and `MAX_FOLLOWERS`.
+    Reader(Option<ClientKey>),
+}
+
+/// An owner's streams of one job at once (tabs, a reconnecting client).
+pub const OWNER_STREAMS: usize = 16;
+
+/// Events replayed per read from the database: a follower of a long job
+/// holds this many at a time, not the whole history.
+const REPLAY_PAGE: usize = 256;
+
+#[derive(Default)]
+struct FollowerCounts {
+    /// Readers per job.
+    of_job: HashMap<u64, usize>,
+    /// Owners per job.
+    owners: HashMap<u64, usize>,
+    /// Readers per client.
+    of_client: HashMap<ClientKey, usize>,
+    /// Readers in all.
+    readers: usize,
+}
+
+fn take_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
 }
 
 /// One follower, counted while its task runs.
 struct Following {
     jobs: Arc<Jobs>,
     id: u64,
+    who: Follower,
 }
 
 impl Drop for Following {
     fn drop(&mut self) {
         self.jobs.metrics.follower_closed();
-        let mut followers = lock(&self.jobs.followers);
-        if let Some(n) = followers.get_mut(&self.id) {
-            *n -= 1;
-            if *n == 0 {
-                followers.remove(&self.id);
+        let mut counts = lock(&self.jobs.followers);
+        match self.who {
+            Follower::Starter => {}
+            Follower::Owner => take_one(&mut counts.owners, &self.id),
+            Follower::Reader(client) => {
+                take_one(&mut counts.of_job, &self.id);
+                if let Some(key) = client {
+                    take_one(&mut counts.of_client, &key);
+                }
+                counts.readers = counts.readers.saturating_sub(1);
             }
         }
     }
@@ -192,7 +243,7 @@ impl Jobs {
             live,
             writes,
             limits,
-            followers: Mutex::new(HashMap::new()),
+            followers: Mutex::default(),
             metrics: Arc::new(Metrics::new()),
         }))
     }
@@ -345,27 +396,54 @@ impl Jobs {
         self.read(move |s| s.events(id, after)).await
     }
 
-    /// Counts a new follower of job `id`, within the limits.
-    fn count_follower(self: &Arc<Self>, id: u64) -> Result<Following, FollowError> {
-        let mut followers = lock(&self.followers);
-        let total: usize = followers.values().sum();
-        let of_job = followers.get(&id).copied().unwrap_or(0);
+    /// Counts a new follower of job `id`, within the limits that apply to
+    /// `who`.
+    fn count_follower(self: &Arc<Self>, id: u64, who: Follower) -> Result<Following, FollowError> {
+        let mut counts = lock(&self.followers);
         let limits = self.limits;
-        if of_job >= limits.max_followers_per_job {
-            return Err(FollowError::Busy(format!(
-                "job {id} has {of_job} followers already (MAX_FOLLOWERS_PER_JOB): try again later"
-            )));
+        match who {
+            Follower::Starter => {}
+            Follower::Owner => {
+                let owners = counts.owners.get(&id).copied().unwrap_or(0);
+                if owners >= OWNER_STREAMS {
+                    return Err(FollowError::Busy(format!(
+                        "you have {owners} streams of job {id} open already: close one"
+                    )));
+                }
+                *counts.owners.entry(id).or_insert(0) += 1;
+            }
+            Follower::Reader(client) => {
+                let of_job = counts.of_job.get(&id).copied().unwrap_or(0);
+                if of_job >= limits.max_followers_per_job {
+                    return Err(FollowError::Busy(format!(
+                        "job {id} has {of_job} followers already (MAX_FOLLOWERS_PER_JOB): try again later"
+                    )));
+                }
+                if counts.readers >= limits.max_followers {
+                    return Err(FollowError::Busy(format!(
+                        "{} job streams are open (MAX_FOLLOWERS): try again later",
+                        counts.readers
+                    )));
+                }
+                if let Some(key) = client {
+                    let mine = counts.of_client.get(&key).copied().unwrap_or(0);
+                    if mine >= limits.max_followers_per_client {
+                        return Err(FollowError::Busy(format!(
+                            "{key} holds {mine} job streams already (MAX_FOLLOWERS_PER_CLIENT): \
+                             close some"
+                        )));
+                    }
+                    *counts.of_client.entry(key).or_insert(0) += 1;
+                }
+                *counts.of_job.entry(id).or_insert(0) += 1;
+                counts.readers += 1;
+            }
         }
-        if total >= limits.max_followers {
-            return Err(FollowError::Busy(format!(
-                "{total} job streams are open (MAX_FOLLOWERS): try again later"
-            )));
-        }
-        *followers.entry(id).or_insert(0) += 1;
         self.metrics.follower_opened();
         Ok(Following {
             jobs: self.clone(),
             id,
+            who,
         })
     }
 
@@ -378,11 +456,12 @@ impl Jobs {
         id: u64,
         after: u64,
         reveal: bool,
+        who: Follower,
     ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
         if self.job(id).await?.is_none() {
             return Ok(None);
         }
-        let following = self.count_follower(id)?;
+        let following = self.count_follower(id, who)?;
         // Subscribe before reading the stored events so that nothing falls
         // between the two; duplicates are dropped by sequence number.
         let live = self.live().get(&id).map(broadcast::Sender::subscribe);
@@ -391,17 +470,29 @@ impl Jobs {
         tokio::spawn(async move {
             let _following = following;
             let mut last = after;
-            let catch_up = async |last: &mut u64| -> Vec<Update> {
-                let events = jobs.events(id, *last).await.unwrap_or_default();
-                if let Some(e) = events.last() {
-                    *last = e.seq;
+            // The stored events after `last`, a page at a time: the
+            // channel's room is what paces the reads.
+            let catch_up = async |last: &mut u64| -> bool {
+                loop {
+                    let after = *last;
+                    let page = jobs
+                        .read(move |s| s.events_page(id, after, REPLAY_PAGE))
+                        .await
+                        .unwrap_or_default();
+                    let full = page.len() == REPLAY_PAGE;
+                    for e in page {
+                        *last = e.seq;
+                        if tx.send(Update::Event(e)).await.is_err() {
+                            return false;
+                        }
+                    }
+                    if !full {
+                        return true;
+                    }
                 }
-                events.into_iter().map(Update::Event).collect()
             };
-            for update in catch_up(&mut last).await {
-                if tx.send(update).await.is_err() {
-                    return;
-                }
+            if !catch_up(&mut last).await {
+                return;
             }
             if let Some(mut live) = live {
                 loop {
@@ -418,19 +509,15 @@ impl Jobs {
                         Ok(Live::Event(..)) => {}
                         Ok(Live::Closed) | Err(broadcast::error::RecvError::Closed) => break,
                         Err(broadcast::error::RecvError::Lagged(_)) => {
-                            for update in catch_up(&mut last).await {
-                                if tx.send(update).await.is_err() {
-                                    return;
-                                }
+                            if !catch_up(&mut last).await {
+                                return;
                             }
                         }
                     }
                 }
                 // Events stored after the last one seen live (a lag at the end).
-                for update in catch_up(&mut last).await {
-                    if tx.send(update).await.is_err() {
-                        return;
-                    }
+                if !catch_up(&mut last).await {
+                    return;
                 }
             }
             let _ = tx.send(Update::Closed).await;
@@ -637,12 +724,92 @@ mod tests {
         let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
         job.emit(event(1));
         job.emit(event(2));
-        let rx = jobs.follow(job.id(), 0, true).await.unwrap().unwrap();
+        let rx = jobs
+            .follow(job.id(), 0, true, Follower::Starter)
+            .await
+            .unwrap()
+            .unwrap();
         job.emit(event(3));
         job.finish(JobState::Succeeded, None, None);
         let updates = drain(rx).await;
         assert_eq!(seqs(&updates), [1, 2, 3]);
         assert_eq!(updates.last(), Some(&Update::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_long_history_is_replayed_whole_a_page_at_a_time() {
+        let jobs = Jobs::open(&db("pages")).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let total = REPLAY_PAGE as u64 * 2 + 7;
+        for n in 1..=total {
+            job.emit(event(n as u32));
+        }
+        job.finish(JobState::Succeeded, None, None);
+        jobs.flush().await.unwrap();
+        let updates = drain(
+            jobs.follow(job.id(), 0, true, Follower::Starter)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(seqs(&updates), (1..=total).collect::<Vec<_>>());
+        // From a page boundary on, too.
+        let after = REPLAY_PAGE as u64;
+        let updates = drain(
+            jobs.follow(job.id(), after, true, Follower::Starter)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(seqs(&updates), (after + 1..=total).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn readers_are_limited_per_client_and_owners_and_starters_get_their_stream() {
+        let jobs = Jobs::open(&db("limits")).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let client = ClientKey::of("10.0.0.9".parse().unwrap());
+        let other = ClientKey::of("10.0.0.10".parse().unwrap());
+        let limit = JobLimits::default().max_followers_per_client;
+        let mut held = Vec::new();
+        for _ in 0..limit {
+            held.push(
+                jobs.follow(job.id(), 0, false, Follower::Reader(Some(client)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let refused = jobs
+            .follow(job.id(), 0, false, Follower::Reader(Some(client)))
+            .await;
+        assert!(
+            matches!(&refused, Err(FollowError::Busy(m)) if m.contains("MAX_FOLLOWERS_PER_CLIENT")),
+            "{refused:?}"
+        );
+        assert!(
+            jobs.follow(job.id(), 0, false, Follower::Reader(Some(other)))
+                .await
+                .is_ok()
+        );
+        assert!(
+            jobs.follow(job.id(), 0, true, Follower::Starter)
+                .await
+                .is_ok()
+        );
+        for _ in 0..OWNER_STREAMS {
+            held.push(
+                jobs.follow(job.id(), 0, true, Follower::Owner)
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert!(
+            jobs.follow(job.id(), 0, true, Follower::Owner)
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]
@@ -653,9 +820,20 @@ mod tests {
             job.emit(event(n));
         }
         job.finish(JobState::Failed, Some(VmOutcome::Kept), Some("s"));
-        let updates = drain(jobs.follow(job.id(), 3, true).await.unwrap().unwrap()).await;
+        let updates = drain(
+            jobs.follow(job.id(), 3, true, Follower::Starter)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .await;
         assert_eq!(seqs(&updates), [4, 5]);
-        assert!(jobs.follow(9999, 0, true).await.unwrap().is_none());
+        assert!(
+            jobs.follow(9999, 0, true, Follower::Starter)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]
@@ -691,7 +869,11 @@ mod tests {
         assert_eq!(job.last_step(), "s");
         let stake = stake.unwrap();
         assert_eq!((stake.vmid, stake.on_stop), (106, OnStop::Destroy));
-        let rx = jobs.follow(id, 0, true).await.unwrap().unwrap();
+        let rx = jobs
+            .follow(id, 0, true, Follower::Starter)
+            .await
+            .unwrap()
+            .unwrap();
         job.emit(event(2));
         job.finish(JobState::Interrupted, Some(VmOutcome::Destroyed), Some("s"));
         let updates = drain(rx).await;
@@ -710,7 +892,11 @@ mod tests {
     async fn a_lagging_follower_catches_up_from_the_database() {
         let jobs = Jobs::open(&db("lag")).unwrap();
         let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
-        let rx = jobs.follow(job.id(), 0, true).await.unwrap().unwrap();
+        let rx = jobs
+            .follow(job.id(), 0, true, Follower::Starter)
+            .await
+            .unwrap()
+            .unwrap();
         for n in 1..=(LIVE_CAPACITY as u32 * 3) {
             job.emit(event(n));
         }

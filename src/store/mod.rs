@@ -412,12 +412,23 @@ impl Store {
 
     /// Events after `after` (0 = all), in order.
     pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
+        self.events_page(id, after, usize::MAX)
+    }
+
+    /// At most `limit` of job `id`'s events after `after`, in order.
+    pub fn events_page(
+        &self,
+        id: u64,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JobEvent>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT seq, at, step, status, message, vm_id, ip, host_key FROM events
-             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
-        let rows = stmt.query_map(params![id, after], |row| {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![id, after, limit], |row| {
             let status: String = row.get(3)?;
             Ok(JobEvent {
                 seq: row.get(0)?,

@@ -60,6 +60,36 @@ impl AllowList {
     }
 }
 
+/// Whom a per-client limit counts: an IPv4 address, or the /64 of an
+/// IPv6 one (one host holds a whole /64, and would otherwise have 2^64
+/// addresses to spread over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientKey {
+    V4(std::net::Ipv4Addr),
+    V6Prefix(u64),
+}
+
+impl ClientKey {
+    pub fn of(ip: IpAddr) -> ClientKey {
+        match canonical(ip) {
+            IpAddr::V4(v4) => ClientKey::V4(v4),
+            IpAddr::V6(v6) => ClientKey::V6Prefix((u128::from(v6) >> 64) as u64),
+        }
+    }
+}
+
+impl std::fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientKey::V4(v4) => write!(f, "{v4}"),
+            ClientKey::V6Prefix(prefix) => {
+                let net = std::net::Ipv6Addr::from(u128::from(*prefix) << 64);
+                write!(f, "{net}/64")
+            }
+        }
+    }
+}
+
 /// `TRUSTED_PROXIES`: the reverse proxies in front of pvedeck, whose
 /// `X-Forwarded-For` is believed. Empty: none, and the TCP peer is the
 /// client.

@@ -89,6 +89,9 @@ pub struct JobLimits {
     /// `MAX_FOLLOWERS_PER_JOB`, `MAX_FOLLOWERS`: streams open at once.
     pub max_followers_per_job: usize,
     pub max_followers: usize,
+    /// `MAX_FOLLOWERS_PER_CLIENT`: streams one client (address, IPv6 /64)
+    /// may hold open of jobs it did not start and does not own.
+    pub max_followers_per_client: usize,
 }
 
 impl Default for JobLimits {
@@ -98,6 +101,7 @@ impl Default for JobLimits {
             keep_days: 90,
             max_followers_per_job: 2000,
             max_followers: 10_000,
+            max_followers_per_client: 100,
         }
     }
 }
@@ -737,6 +741,9 @@ impl<'a> Vars<'a> {
             max_followers: self
                 .int_in("MAX_FOLLOWERS", 1, 10_000_000)?
                 .map_or(defaults.max_followers, |n| n as usize),
+            max_followers_per_client: self
+                .int_in("MAX_FOLLOWERS_PER_CLIENT", 1, 1_000_000)?
+                .map_or(defaults.max_followers_per_client, |n| n as usize),
         };
         let image_max_bytes = self
             .int_in("IMAGE_MAX_BYTES", 1, u64::MAX)?

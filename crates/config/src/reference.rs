@@ -496,6 +496,14 @@ pub const SETTINGS: &[Setting] = &[
         "Live streams in all, 1–10000000; beyond, 503.",
     ),
     s(
+        "MAX_FOLLOWERS_PER_CLIENT",
+        Jobs,
+        "`100`",
+        "Live streams one client (an address, an IPv6 /64) holds of jobs it neither started nor \
+         owns, 1–1000000; beyond, 503. The stream that starts a job and its owner's are never \
+         refused ([Security: bounds](security.md#bounds)).",
+    ),
+    s(
         "SHUTDOWN_GRACE_SECS",
         Jobs,
         "`60`",
