@@ -334,6 +334,15 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let https = config.tls.is_some();
     let listening = Listening::new(listener, &config)?;
     let (router, engine) = assemble(config)?;
+    for (level, note) in engine.startup_notes().await {
+        match level {
+            crate::engine::startup::Level::Warning => {
+                eprintln!("WARNING: {note}");
+                tracing::warn!("{note}");
+            }
+            crate::engine::startup::Level::Note => tracing::info!("{note}"),
+        }
+    }
     // Scripts (and the test runner) wait for this line rather than poll.
     println!(
         "pvedeck listening on {} (backend: {backend})",

@@ -440,6 +440,35 @@ async fn on_a_dir_storage_the_imported_disk_is_named_as_proxmox_names_it() {
     );
 }
 
+#[tokio::test]
+async fn without_a_password_the_user_logs_in_with_keys_only_and_passwd_still_works() {
+    let server = common::server(&[]).await;
+    let (_, events) = install(&server.url, DEBIAN).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    // go-pve-qemu's old default, asked for by name, is what it was.
+    let body = r#"{"os":"debian","version":"12","passwd":"passwd"}"#;
+    let (_, events) = install(&server.url, body).await;
+    assert!(events.iter().all(|e| e.status() != "error"), "{events:#?}");
+    let commands = common::commands(&server).await;
+    let set = |vmid: u32| {
+        commands
+            .iter()
+            // The one with cloud-init's user (the REST face sorts options).
+            .find(|c| c.starts_with(&format!("qm set {vmid} ")) && c.contains("--ciuser"))
+            .unwrap_or_else(|| panic!("no qm set of {vmid}: {commands:#?}"))
+            .clone()
+    };
+    assert!(!set(106).contains("--cipassword"), "{}", set(106));
+    assert!(set(107).contains("--cipassword"), "{}", set(107));
+    // What the guest's cloud-init gets: no password line without one.
+    let state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(server.data_dir.join("sim/cluster.json")).expect("sim state"),
+    )
+    .expect("sim state JSON");
+    assert!(state["vms"]["106"]["config"].get("cipassword").is_none());
+    assert!(state["vms"]["107"]["config"].get("cipassword").is_some());
+}
+
 /// The Proxmox commands (`qm`, `pvesh`, `pvesm`) in the command log.
 async fn proxmox_calls(server: &common::Server) -> Vec<String> {
     common::commands(server)
@@ -449,6 +478,8 @@ async fn proxmox_calls(server: &common::Server) -> Vec<String> {
         .collect()
 }
 
+/// Eight, and with `VM_IP_FILTER=auto` a ninth: the datacenter firewall's
+/// options (`pvesh get /cluster/firewall/options`), read before `qm create`.
 #[tokio::test]
 async fn an_install_makes_eight_proxmox_calls() {
     // No timed refresh in between: only the installs' own calls count.
@@ -470,6 +501,7 @@ async fn an_install_makes_eight_proxmox_calls() {
         // the volume's name is read back from the config.
         &[
             "pvesh get",
+            "pvesh get",
             "qm create",
             "qm importdisk",
             "qm config",
@@ -482,6 +514,7 @@ async fn an_install_makes_eight_proxmox_calls() {
     } else {
         &[
             "pvesh get",
+            "pvesh get",
             "qm create",
             "qm importdisk",
             "qm set",
@@ -492,6 +525,10 @@ async fn an_install_makes_eight_proxmox_calls() {
         ]
     };
     assert_eq!(verbs, expected, "{calls:#?}");
+    assert!(
+        calls[1].starts_with("pvesh get /cluster/firewall/options"),
+        "{calls:#?}"
+    );
 }
 
 #[tokio::test]

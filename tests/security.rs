@@ -493,3 +493,36 @@ async fn behind_a_trusted_proxy_each_forwarded_client_is_limited_alone() {
     assert!(body.contains("from 2001:db8:5:6::/64"), "{body}");
     assert_eq!(list_as(url, TOKEN, Some("2001:db8:5:7::1")).await.0, 200);
 }
+
+/// The words of the start-up warning about one root password for all.
+const SHARED_ROOT: &str = "VM_ROOT_PASSWORD is one password for every VM while users sign in";
+
+#[tokio::test]
+async fn a_shared_root_password_with_users_warns_at_start_up_recommending_random() {
+    let log = |server: &common::Server| {
+        std::fs::read_to_string(server.data_dir.join("server.log")).unwrap_or_default()
+    };
+    // Users sign in (API_TOKENS): every tenant's VM would hold the same hash.
+    let token = ("API_TOKENS", "a-token-of-sixteen-chars");
+    let dir = common::temp_dir("shared-root");
+    let server = common::process_server(&dir, &[token, ("VM_ROOT_PASSWORD", "Shared!1")]).await;
+    let said = log(&server);
+    assert!(said.contains(SHARED_ROOT), "{said}");
+    assert!(said.contains("VM_ROOT_PASSWORD=random"), "{said}");
+    assert!(
+        !said.contains("Shared!1"),
+        "the password itself is not shown"
+    );
+    drop(server);
+
+    // `random`, or nobody signing in: nothing to warn of.
+    for vars in [
+        vec![token, ("VM_ROOT_PASSWORD", "random")],
+        vec![("VM_ROOT_PASSWORD", "Shared!1")],
+    ] {
+        let dir = common::temp_dir("root-ok");
+        let server = common::process_server(&dir, &vars).await;
+        let said = log(&server);
+        assert!(!said.contains(SHARED_ROOT), "{vars:?}: {said}");
+    }
+}

@@ -60,6 +60,8 @@ pub fn router() -> Router<AppState> {
                 .delete(sim::clear_faults),
         )
         .route("/sim/commands", get(sim::commands))
+        .route("/sim/firewall/{state}", post(sim::set_firewall))
+        .route("/sim/claim/{vmid}/{ip}", post(sim::claim))
         .fallback(not_found)
 }
 

@@ -68,3 +68,34 @@ pub async fn faults(State(state): State<AppState>) -> Result<Json<Vec<Fault>>, A
 pub async fn commands(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
     Ok(Json(sim(&state)?.commands()))
 }
+
+/// `POST /api/sim/firewall/on|off`: the datacenter firewall, as an admin
+/// sets it in Datacenter → Firewall → Options.
+pub async fn set_firewall(
+    State(state): State<AppState>,
+    Path(wanted): Path<String>,
+) -> Result<&'static str, ApiError> {
+    let sim = sim(&state)?;
+    let enable = match wanted.as_str() {
+        "on" => "1",
+        "off" => "0",
+        other => {
+            return Err(ApiError::bad(format!(
+                "firewall state '{other}' is not one of: on, off"
+            )));
+        }
+    };
+    sim.fw_set_cluster_options(&[("enable".to_string(), enable.to_string())])
+        .await?;
+    Ok("ok")
+}
+
+/// `POST /api/sim/claim/<vmid>/<ip>`: VM `vmid`'s guest answers for `ip`
+/// too, as a hostile tenant would (`SimCluster::stage_claim`).
+pub async fn claim(
+    State(state): State<AppState>,
+    Path((vmid, ip)): Path<(u32, std::net::Ipv4Addr)>,
+) -> Result<&'static str, ApiError> {
+    sim(&state)?.stage_claim(vmid, ip)?;
+    Ok("ok")
+}

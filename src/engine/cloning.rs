@@ -21,7 +21,7 @@ use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions, qm_options};
 use super::allocator::Reservation;
 use super::failure::{Cleanup, Failure, failed};
 use super::identity::IdentityError;
-use super::install::{Summary, finalizing};
+use super::install::{Summary, finalizing, user_password_hash};
 use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
@@ -114,6 +114,7 @@ impl Engine {
         let mut node = template.node.clone();
 
         let step = Step::new(job, Some("VM creation"), "cloning template");
+        let filtered = self.ip_filter_wanted(&step).await;
         let storage = &self.config.assign_storage;
         let kind = match self.cluster.recent().await {
             Ok(view) => view
@@ -173,13 +174,14 @@ impl Engine {
             &self.config.data_dir.join("tmp"),
         )
         .map_err(|e| (fail(&e), at(&node)))?;
-        let hash =
-            crate::secret::hash_password(req.passwd.expose()).map_err(|e| (fail(&e), at(&node)))?;
+        let hash = user_password_hash(req).map_err(|e| (fail(&e), at(&node)))?;
         let mut options: QmOptions = qm_options([
             ("cores", p.cpu.to_string()),
             ("memory", p.ram.to_string()),
             ("ciuser", req.user.clone()),
-            ("cipassword", hash),
+        ]);
+        options.extend(hash.map(|h| ("cipassword".to_string(), h)));
+        options.extend(qm_options([
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             // The template's tags are its own: the VM gets its OS's.
             ("tags", format!("{};{}", req.release.os, scope::TAG)),
@@ -187,9 +189,14 @@ impl Engine {
                 "ipconfig0",
                 format!("ip={}/24,gw={}", p.ip, self.config.gateway),
             ),
-        ]);
+        ]));
         if let Some(owner) = job.owner() {
             options.push(("description".into(), super::tenancy::owner_notes(owner)));
+        }
+        if filtered {
+            // Through the firewall, whatever the template's (one built
+            // before the filter has none); a never-booted clone gets a new MAC.
+            options.push(("net0".into(), super::ipfilter::net0(true)));
         }
         options.extend(memory::balloon_options(
             p.ram,
@@ -204,6 +211,13 @@ impl Engine {
             .await
             .map_err(|e| (fail(&e), at(&node)))?;
         step.success("[+] VM initialized successfully");
+        if filtered {
+            // The template's own firewall file came with the clone: its
+            // ipset is replaced by one with this VM's address.
+            self.ip_filter_step(Out::Job(job), "VM initialization", (&node, vmid), p.ip)
+                .await
+                .map_err(|f| (f, at(&node)))?;
+        }
 
         if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != node) {
             self.migrate_step(job, &node, vmid, target.as_str())

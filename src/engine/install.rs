@@ -91,6 +91,19 @@ pub(super) fn finalizing(
     }
 }
 
+/// The `--cipassword` of the request's user: a SHA-512 crypt hash of the
+/// password it gave, or none, and the account logs in with keys only
+/// (qemu-server's `Cloudinit.pm` writes no `password:` then, and
+/// cloud-init leaves the default user's password locked).
+pub(super) fn user_password_hash(
+    req: &InstallRequest,
+) -> Result<Option<String>, crate::secret::HashError> {
+    req.passwd
+        .as_ref()
+        .map(|p| crate::secret::hash_password(p.expose()))
+        .transpose()
+}
+
 /// What the `preparation` stage settles.
 pub(super) struct Prepared {
     pub(super) vmid: u32,
@@ -120,6 +133,8 @@ struct Plan {
     host_key: Option<String>,
     /// A root password made for this VM (`VM_ROOT_PASSWORD=random`).
     root_password: Option<Secret>,
+    /// It gets the IP filter (decided at `creating VM`).
+    filtered: bool,
 }
 
 impl Engine {
@@ -217,7 +232,8 @@ impl Engine {
         // A failed `qm create` leaves no VM; after it, a failure knows the
         // VM. One cut short in the middle may have made it: half-made.
         job.stake(stake(plan.vmid, &plan.node, Cleanup::Destroy));
-        self.create(job, req.release.os, &plan)
+        plan.filtered = self
+            .create(job, req.release.os, &plan)
             .await
             .map_err(|f| (f, None))?;
         let at = |plan: &Plan| Some((plan.vmid, plan.node.clone()));
@@ -310,6 +326,7 @@ impl Engine {
                 node: self.config.main_node.clone(),
                 host_key: None,
                 root_password: None,
+                filtered: false,
             }),
             (Some(Err(failure)), _) | (_, Some(Err(failure))) => Err(failure),
             // Only a failed preparation stops the others, and it returned above.
@@ -400,8 +417,9 @@ impl Engine {
         })
     }
 
-    /// `VM creation > creating VM`: `qm create` (docs/provisioning.md#qm-create).
-    async fn create(&self, job: &JobHandle, os: Os, plan: &Plan) -> Result<(), Failure> {
+    /// `VM creation > creating VM`: `qm create` (docs/provisioning.md#qm-create);
+    /// whether the VM gets the IP filter.
+    async fn create(&self, job: &JobHandle, os: Os, plan: &Plan) -> Result<bool, Failure> {
         let step = Step::new(job, Some("VM creation"), "creating VM");
         let tags = format!("{os};{}", scope::TAG);
         self.create_vm(
@@ -416,7 +434,8 @@ impl Engine {
     }
 
     /// `qm create` with the cluster's CPU baseline (docs/provisioning.md#qm-create): a failure
-    /// leaves no VM.
+    /// leaves no VM. Whether its `net0` goes through the firewall, for
+    /// the IP filter to be set before the first boot.
     pub(super) async fn create_vm(
         &self,
         step: &Step<'_>,
@@ -425,8 +444,9 @@ impl Engine {
         (name, tags, owner): (&str, String, Option<&str>),
         cpu: u32,
         ram: u64,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         step.processing("[*] VM creation");
+        let filtered = self.ip_filter_wanted(step).await;
         let nodes = match self.cluster.recent().await {
             Ok(view) => view.snapshot.nodes.clone(),
             Err(e) => return Err(failed(step, "failed to create VM", Cleanup::Nothing)(e)),
@@ -445,7 +465,7 @@ impl Engine {
             ("memory", ram.to_string()),
             ("ostype", "l26".to_string()),
             ("agent", "1".to_string()),
-            ("net0", "virtio,bridge=vmbr0".to_string()),
+            ("net0", super::ipfilter::net0(filtered)),
             ("serial0", "socket".to_string()),
             // Whose it is, from its first moment: a VM pvedeck is making
             // is one it manages (`MANAGE`), even half-made.
@@ -462,7 +482,7 @@ impl Engine {
             .await
             .map_err(failed(step, "failed to create VM", Cleanup::Nothing))?;
         step.success("[+] VM created successfully");
-        Ok(())
+        Ok(filtered)
     }
 
     /// `importing disk image` and `initializing configuration`: a failure
@@ -507,14 +527,16 @@ impl Engine {
             &self.config.data_dir.join("tmp"),
         )
         .map_err(|e| fail(&e))?;
-        let hash = crate::secret::hash_password(req.passwd.expose()).map_err(|e| fail(&e))?;
+        let hash = user_password_hash(req).map_err(|e| fail(&e))?;
         // One `qm set` with everything Proxmox takes together (one Perl
         // start-up instead of eight); the disk is attached before it is
         // resized, and all of it is set before `qm start`.
-        let options: QmOptions = qm_options([
+        let mut options: QmOptions = qm_options([
             ("sshkeys", keys.path().to_string_lossy().into_owned()),
             ("ciuser", req.user.clone()),
-            ("cipassword", hash),
+        ]);
+        options.extend(hash.map(|h| ("cipassword".to_string(), h)));
+        options.extend(qm_options([
             ("ciupgrade", "0".to_string()),
             ("scsi0", volume.clone()),
             ("ide2", format!("{storage}:cloudinit")),
@@ -524,7 +546,7 @@ impl Engine {
                 "ipconfig0",
                 format!("ip={}/24,gw={}", plan.ip, self.config.gateway),
             ),
-        ]);
+        ]));
         self.proxmox
             .set(node, vmid, &options)
             .await
@@ -534,6 +556,10 @@ impl Engine {
             .await
             .map_err(|e| fail(&e))?;
         step.success("[+] VM initialized successfully");
+        if plan.filtered {
+            self.ip_filter_step(Out::Job(job), "VM initialization", (node, vmid), plan.ip)
+                .await?;
+        }
         Ok(())
     }
 

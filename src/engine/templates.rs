@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use pvedeck_domain::os::Release;
 use pvedeck_domain::types::{JobKind, JobState, TemplateInfo};
-use pvedeck_proxmox::{GuestTarget, PowerAction, QmOptions, VmResource, qm_options};
+use pvedeck_proxmox::{GuestTarget, IpFilter, PowerAction, QmOptions, VmResource, qm_options};
 use pvedeck_support::clock::now_ms;
 use pvedeck_support::sync::lock;
 
@@ -376,7 +376,8 @@ impl Engine {
         job.stake(stake(vmid, node, Cleanup::Destroy));
         let step = Step::new(job, Some("template build"), "creating VM");
         let tags = format!("{TEMPLATE_TAG};{}", release.os);
-        self.create_vm(&step, node, vmid, (name, tags, None), 2, 2048)
+        let filtered = self
+            .create_vm(&step, node, vmid, (name, tags, None), 2, 2048)
             .await
             .map_err(before)?;
 
@@ -437,6 +438,13 @@ impl Engine {
             .await
             .map_err(|e| fail(&e))?;
         step.success("[+] cloud-init set: pvedeck's key, the borrowed address");
+        if filtered {
+            // The build boots and runs the init script on a shared bridge
+            // too: filtered like any VM.
+            self.ip_filter_step(Out::Job(job), "template build", (node, vmid), ip)
+                .await
+                .map_err(made)?;
+        }
 
         self.forget_host(ip);
         let target = GuestTarget {
@@ -498,9 +506,14 @@ impl Engine {
         step.success("[+] VM shut down");
 
         let step = Step::new(job, Some("template build"), "converting to template");
-        // The borrowed address goes back: clones get their own.
+        // The borrowed address goes back: clones get their own. A clone
+        // copies the template's firewall file too: it keeps no address.
         let forget = qm_options([("delete", "ipconfig0".to_string())]);
-        let converted = match self.proxmox.set(node, vmid, &forget).await {
+        let mut converted = self.proxmox.set(node, vmid, &forget).await;
+        if filtered && converted.is_ok() {
+            converted = self.proxmox.ip_filter(node, vmid, IpFilter::Lifted).await;
+        }
+        let converted = match converted {
             Ok(()) => self.proxmox.template(node, vmid).await,
             Err(e) => Err(e),
         };

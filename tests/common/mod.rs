@@ -761,3 +761,42 @@ pub async fn api_env_with(
     // What the test sets wins, the API's settings included.
     (with(env, vars), api)
 }
+
+/// Turns the simulated cluster's datacenter firewall on or off: through
+/// `pvesh set /cluster/firewall/options` on a process lane, as an admin on
+/// a node would.
+pub async fn datacenter_firewall(server: &Server, on: bool) {
+    let enable = if on { "1" } else { "0" };
+    if process_lane() {
+        return sim_command(
+            server,
+            &[
+                "pvesh",
+                "set",
+                "/cluster/firewall/options",
+                "--enable",
+                enable,
+            ],
+        );
+    }
+    let state = if on { "on" } else { "off" };
+    let (status, body) = post(&format!("{}/api/sim/firewall/{state}", server.url)).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+/// Stages a hostile guest: VM `vmid` answers for `ip` too.
+pub async fn claim(server: &Server, vmid: u32, ip: &str) {
+    if process_lane() {
+        return sim_command(server, &["claim", &vmid.to_string(), ip]);
+    }
+    let (status, body) = post(&format!("{}/api/sim/claim/{vmid}/{ip}", server.url)).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+/// The simulated cluster's state as it is saved (`DATA_DIR/sim/cluster.json`).
+pub fn sim_state(server: &Server) -> serde_json::Value {
+    serde_json::from_slice(
+        &std::fs::read(server.data_dir.join("sim/cluster.json")).expect("sim state"),
+    )
+    .expect("sim state JSON")
+}

@@ -295,7 +295,7 @@ fn Form(catalog: Catalog, allowance: Option<Allowance>) -> impl IntoView {
             <fieldset>
                 <legend>"Access"</legend>
                 <Field id="user" label="User" value=user error=user_error placeholder=default_user/>
-                <Field id="passwd" label="Password" kind="password" value=passwd error=passwd_error hint="empty: 'passwd', as go-pve-qemu"/>
+                <Field id="passwd" label="Password" kind="password" value=passwd error=passwd_error hint="empty: none, log in with a key (go-pve-qemu's was 'passwd')"/>
                 <Field id="pubkey" label="SSH public key" value=pubkey error=pubkey_error hint="optional: ssh-ed25519 AAAA… you@host"/>
             </fieldset>
             <div class="form-actions">

@@ -98,7 +98,7 @@ pub struct Install {
     pub disk: Option<String>,
     #[arg(long)]
     pub user: Option<String>,
-    /// Password of the user (else the server's default).
+    /// Password of the user (else none: the user logs in with keys only).
     #[arg(long, env = "PVEDECK_VM_PASSWORD", hide_env_values = true)]
     pub passwd: Option<String>,
     /// An SSH public key for the user.

@@ -117,6 +117,38 @@ pub enum ImageFetch {
     Upload,
 }
 
+/// Whether the VMs pvedeck makes get the Proxmox firewall's IP filter
+/// (`VM_IP_FILTER`, docs/security.md#addresses-cannot-be-taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpFilterMode {
+    /// Where the datacenter firewall is enabled (read at each install).
+    #[default]
+    Auto,
+    /// Always, enabled or not: it takes effect once the firewall is.
+    On,
+    /// Never.
+    Off,
+}
+
+impl IpFilterMode {
+    pub fn parse(raw: &str) -> Option<IpFilterMode> {
+        match raw {
+            "auto" => Some(IpFilterMode::Auto),
+            "on" => Some(IpFilterMode::On),
+            "off" => Some(IpFilterMode::Off),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IpFilterMode::Auto => "auto",
+            IpFilterMode::On => "on",
+            IpFilterMode::Off => "off",
+        }
+    }
+}
+
 /// The root password new VMs get (`VM_ROOT_PASSWORD`).
 #[derive(Debug, Clone)]
 pub enum RootPassword {
@@ -198,6 +230,8 @@ pub struct Config {
     pub vm_balloon_min_mb: Option<u32>,
     /// `VM_ROOT_PASSWORD`: none, one for every VM, or `random` (each VM its own).
     pub vm_root_password: Option<RootPassword>,
+    /// `VM_IP_FILTER`: whether new VMs may send only from their own address.
+    pub vm_ip_filter: IpFilterMode,
     pub reserved: BTreeMap<u32, String>,
     pub data_dir: PathBuf,
     pub image_cache_dir: PathBuf,
@@ -626,6 +660,13 @@ impl<'a> Vars<'a> {
         };
         let vm_balloon_min_mb = self.u32_in("VM_BALLOON_MIN", 1, u32::MAX)?;
         let vm_root_password = self.get("VM_ROOT_PASSWORD").map(RootPassword::parse);
+        let vm_ip_filter = self
+            .parse_with(
+                "VM_IP_FILTER",
+                "is not one of: auto, on, off",
+                IpFilterMode::parse,
+            )?
+            .unwrap_or_default();
 
         let reserved = match self.get("RESERVED") {
             None => BTreeMap::new(),
@@ -815,6 +856,7 @@ impl<'a> Vars<'a> {
             limits,
             vm_balloon_min_mb,
             vm_root_password,
+            vm_ip_filter,
             reserved,
             data_dir,
             image_cache_dir,
@@ -1551,6 +1593,17 @@ mod tests {
     fn secrets_do_not_print() {
         let c = parse(&[("VM_ROOT_PASSWORD", "hunter2")]).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_ip_filter_is_auto_unless_told_on_or_off() {
+        assert_eq!(parse(&[]).unwrap().vm_ip_filter, IpFilterMode::Auto);
+        let c = parse(&[("VM_IP_FILTER", "off")]).unwrap();
+        assert_eq!(c.vm_ip_filter, IpFilterMode::Off);
+        assert_eq!(
+            parse(&[("VM_IP_FILTER", "yes")]).unwrap_err().to_string(),
+            "VM_IP_FILTER=yes is not one of: auto, on, off"
+        );
     }
 
     #[test]

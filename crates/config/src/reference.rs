@@ -221,6 +221,16 @@ pub const SETTINGS: &[Setting] = &[
          for every VM.",
     ),
     s(
+        "VM_IP_FILTER",
+        Provisioning,
+        "`auto`",
+        "Whether the VMs pvedeck makes get the Proxmox firewall's IP filter, so that each sends \
+         only from its own address ([Security: addresses cannot be taken](security.md#addresses-cannot-be-taken)): \
+         `auto` where the datacenter firewall is enabled (read at each install), `on` always (it \
+         does nothing until the datacenter firewall is enabled; a start-up warning says so), \
+         `off` never.",
+    ),
+    s(
         "VM_BALLOON_MIN",
         Provisioning,
         "unset: no balloon",

@@ -256,7 +256,8 @@ pub struct InstallBody {
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub user: Field<String>,
-    /// The user's password (one line); absent: `passwd`, as go-pve-qemu.
+    /// The user's password (one line); absent or empty: none, the account
+    /// is key-only (go-pve-qemu gave it `passwd`; send that to keep it).
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = Password))]
     pub passwd: Field<String>,
@@ -308,7 +309,8 @@ pub struct InstallRequest {
     /// The `<n>` of `<n>G`.
     pub disk_gb: u64,
     pub user: String,
-    pub passwd: Secret,
+    /// `None`: no `--cipassword`, the account logs in with keys only.
+    pub passwd: Option<Secret>,
     pub pubkey: Option<String>,
     /// `None`: the server's default.
     pub method: Option<InstallMethod>,
@@ -415,9 +417,11 @@ impl Body for InstallBody {
             Some(u) if rules::is_linux_user(&u) => u,
             Some(u) => return refuse(messages::user(&u)),
         };
+        // No fixed default: a password every VM shares is one every tenant
+        // knows (docs/security.md#vm-user-passwords).
         let passwd = match text(self.passwd, "passwd")?.filter(|p| !p.is_empty()) {
-            None => Secret::new("passwd"),
-            Some(p) if rules::is_single_line(&p) => Secret::new(&p),
+            None => None,
+            Some(p) if rules::is_single_line(&p) => Some(Secret::new(&p)),
             Some(_) => return refuse(messages::PASSWD),
         };
         let pubkey = match text(self.pubkey, "pubkey")?.map(|k| k.trim().to_string()) {
@@ -602,7 +606,17 @@ mod tests {
         let r = install(r#"{"os":"rockylinux","version":"9"}"#).unwrap();
         assert_eq!((r.cpu, r.ram, r.disk_gb), (2, 2048, 16));
         assert_eq!(r.user, "rocky");
-        assert_eq!(r.passwd.expose(), "passwd");
+        assert!(r.passwd.is_none(), "no password: the account is key-only");
+        let r = install(r#"{"os":"debian","version":"12","passwd":"passwd"}"#).unwrap();
+        assert_eq!(
+            r.passwd.map(|p| p.expose().to_string()).as_deref(),
+            Some("passwd")
+        );
+        let r = install(r#"{"os":"debian","version":"12","passwd":""}"#).unwrap();
+        assert!(
+            r.passwd.is_none(),
+            "empty counts as none, go-pve-qemu's zero value"
+        );
         assert_eq!(r.id, None);
         let r = install(&format!(
             r#"{{"os":"ubuntu","version":22.04,"cpu":-3,"ram":100,"disk":"8G","pubkey":"{KEY}","id":0,"name":null}}"#
@@ -1023,7 +1037,7 @@ mod fuzz {
                 prop_assert!(rules::is_vm_name(&r.name), "{}", r.name);
                 prop_assert!(r.node.as_ref().is_none_or(|n| rules::is_dns_label(n.as_str())));
                 prop_assert!(rules::is_linux_user(&r.user), "{}", r.user);
-                prop_assert!(rules::is_single_line(r.passwd.expose()));
+                prop_assert!(r.passwd.as_ref().is_none_or(|p| rules::is_single_line(p.expose())));
                 prop_assert!(r.pubkey.as_deref().is_none_or(rules::is_openssh_key));
                 prop_assert!(r.id != Some(0));
                 prop_assert!(r.disk_gb <= 999_999);

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod drive;
 pub mod escape;
+pub mod firewall;
 pub mod json;
 pub mod known_hosts;
 pub mod output;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+pub use firewall::IpFilter;
 pub use timed::Timed;
 pub use types::{CpuInfo, NodeResource, NodeStatus, RrdRow, StorageStatus, VmResource};
 
@@ -397,6 +399,15 @@ pub trait Pve: Send + Sync {
     async fn task_end(&self, _upid: &str, _out: LineSink<'_>) -> Option<Result<(), PveError>> {
         None
     }
+
+    /// `pvesh get /cluster/firewall/options`: whether the datacenter
+    /// firewall is enabled, without which no VM's firewall does anything
+    /// (pve-firewall `PVE/Firewall.pm`, `compile`).
+    async fn cluster_firewall(&self) -> Result<bool, PveError>;
+    /// Sets the IP filter of VM `vmid`'s `net0` (crate::firewall): the
+    /// ipset `ipfilter-net0` made anew with the one address (a clone's,
+    /// copied from its template, replaced), then the VM's firewall options.
+    async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError>;
 
     /// Whether something answers on `ip:port` (2 s connect timeout).
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool;

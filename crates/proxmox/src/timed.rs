@@ -14,9 +14,9 @@ use std::time::Duration;
 use pvedeck_support::sync::{into_inner, lock};
 
 use super::{
-    AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
-    NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
-    VmResource,
+    AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, IpFilter, LineSink,
+    NodeFetch, NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow,
+    StorageStatus, VmResource,
 };
 
 /// One try to reach a VM (a TCP probe, `ssh … echo ready`) is not a
@@ -257,6 +257,24 @@ impl Timed {
         let what = || "qm resize".to_string();
         let call = self.pve.resize(node, vmid, disk, size);
         self.changing(Class::Short, "resize", what, call).await
+    }
+
+    pub async fn cluster_firewall(&self) -> Result<bool, PveError> {
+        let what = || "pvesh get /cluster/firewall/options".to_string();
+        self.within(
+            Class::Short,
+            "cluster_firewall",
+            what,
+            self.pve.cluster_firewall(),
+        )
+        .await
+    }
+
+    /// The ipset and the options: a few calls under one short timeout.
+    pub async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError> {
+        let what = || format!("pvesh set /nodes/{node}/qemu/{vmid}/firewall");
+        let call = self.pve.ip_filter(node, vmid, filter);
+        self.changing(Class::Short, "ip_filter", what, call).await
     }
 
     pub async fn config(
@@ -518,6 +536,12 @@ mod tests {
             _: &[String],
             _: u32,
         ) -> Result<AgentExec, PveError> {
+            std::future::pending().await
+        }
+        async fn cluster_firewall(&self) -> Result<bool, PveError> {
+            std::future::pending().await
+        }
+        async fn ip_filter(&self, _: &str, _: u32, _: IpFilter) -> Result<(), PveError> {
             std::future::pending().await
         }
         async fn probe(&self, _: Ipv4Addr, _: u16) -> bool {

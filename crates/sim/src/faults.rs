@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 25] = [
+pub const OPS: [&str; 26] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -38,6 +38,9 @@ pub const OPS: [&str; 25] = [
     "download",
     // The REST face's `upload` task (`imgcopy`) fails, hangs or is late.
     "upload",
+    // A call of the firewall's API (`/cluster/firewall/…`,
+    // `…/qemu/<vmid>/firewall/…`) fails, hangs or is late.
+    "firewall",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,9 @@ enum Knock {
     Refused,
     /// A VM whose SSH answers.
     Vm(u32),
+    /// A VM answering for an address it claims though it is not its own:
+    /// the VM and which of its claims.
+    Claimed(u32, usize),
     /// Something that is not a VM answers.
     Foreign,
 }
@@ -36,6 +39,9 @@ impl SimCluster {
             if state.foreign_hosts.contains(&last) {
                 return (Knock::Foreign, false);
             }
+            if let Some((vmid, claim)) = state.claimant(ip) {
+                return (Knock::Claimed(vmid, claim), false);
+            }
             let Some(vmid) = state.vm_at(ip) else {
                 return (Knock::Nobody, false);
             };
@@ -49,6 +55,15 @@ impl SimCluster {
             if !vm.running || !online {
                 return (Knock::Nobody, false);
             }
+            // Its own answers are filtered too: a filter without its
+            // address in the ipset cuts the VM off.
+            let vm_view = vm.clone();
+            if !state.sends_from(&vm_view, ip) {
+                return (Knock::Nobody, false);
+            }
+            let Some(vm) = state.vms.get_mut(&vmid) else {
+                return (Knock::Nobody, false);
+            };
             match vm.guest {
                 Guest::Booting { ready_at } if now_ms() < ready_at => (Knock::Refused, false),
                 Guest::Booting { .. } => {
@@ -77,7 +92,7 @@ impl SimCluster {
             Strike::Hang => std::future::pending::<()>().await,
         }
         match self.knock(ip) {
-            Knock::Foreign | Knock::Vm(_) => true,
+            Knock::Foreign | Knock::Vm(_) | Knock::Claimed(..) => true,
             Knock::Refused => {
                 // A booting VM: its port refuses, as a TCP connect would see.
                 self.clock.sleep(timing::CONNECT_REFUSED).await;
@@ -92,14 +107,10 @@ impl SimCluster {
 
     /// What `ssh` does with the guest's host key and pvedeck's known-hosts
     /// file: the recorded key must match; none recorded, this one is.
-    fn check_host_key(&self, target: &GuestTarget, vmid: u32, shown: &str) -> Result<(), PveError> {
+    fn check_host_key(&self, target: &GuestTarget, key: &str, shown: &str) -> Result<(), PveError> {
         let Some(file) = &target.known_hosts else {
             return Ok(());
         };
-        let key = self
-            .store
-            .read(|s| s.vms.get(&vmid).map(|vm| vm.inside.host_key.clone()))
-            .unwrap_or_default();
         let token = known_hosts::host_token(target.ip, target.port);
         match known_hosts::lookup(file, &token) {
             Some(recorded) if recorded == key => Ok(()),
@@ -115,9 +126,59 @@ impl SimCluster {
                 255,
             )),
             None if key.is_empty() => Ok(()),
-            None => known_hosts::append(file, &token, &key)
+            None => known_hosts::append(file, &token, key)
                 .map_err(|e| PveError::command(shown, format!("{}: {e}", file.display()), 255)),
         }
+    }
+
+    /// A hostile guest answering for an address it claimed: it shows its
+    /// forged identity, and keeps what it is sent — the init script with
+    /// the root password's hash.
+    async fn claimed_run(
+        &self,
+        target: &GuestTarget,
+        command: &GuestCommand,
+        (vmid, claim): (u32, usize),
+        shown: &str,
+        out: LineSink<'_>,
+    ) -> Result<(), PveError> {
+        let forged = self.store.read(|s| {
+            s.vms
+                .get(&vmid)
+                .and_then(|vm| vm.inside.claims.get(claim).cloned())
+        });
+        let Some(forged) = forged else {
+            return Err(PveError::command(
+                shown,
+                "Connection closed by remote host",
+                255,
+            ));
+        };
+        self.check_host_key(target, &forged.host_key, shown)?;
+        let (said, kept) = match command {
+            GuestCommand::Ready => (
+                vec![forged.machine_id.clone(), "ready".into()],
+                "ready".to_string(),
+            ),
+            GuestCommand::InitScript { body, .. } => {
+                self.clock.sleep(timing::INIT_SCRIPT).await;
+                let hash = scripts::root_hash(body).unwrap_or_default();
+                (scripts::echo_lines(body), format!("script {hash}"))
+            }
+        };
+        self.change(|s| {
+            if let Some(c) = s
+                .vms
+                .get_mut(&vmid)
+                .and_then(|vm| vm.inside.claims.get_mut(claim))
+            {
+                c.received.push(kept);
+            }
+        });
+        for line in said {
+            out(&line);
+        }
+        Ok(())
     }
 
     pub(super) async fn guest_run(
@@ -140,8 +201,17 @@ impl SimCluster {
         };
         let vmid = match self.knock(target.ip) {
             Knock::Vm(vmid) => {
-                self.check_host_key(target, vmid, &shown)?;
+                let key = self
+                    .store
+                    .read(|s| s.vms.get(&vmid).map(|vm| vm.inside.host_key.clone()))
+                    .unwrap_or_default();
+                self.check_host_key(target, &key, &shown)?;
                 vmid
+            }
+            Knock::Claimed(vmid, claim) => {
+                return self
+                    .claimed_run(target, command, (vmid, claim), &shown, out)
+                    .await;
             }
             Knock::Refused => {
                 self.clock.sleep(timing::CONNECT_REFUSED).await;

@@ -5,6 +5,7 @@
 //! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
 pub mod faults;
+pub mod firewall;
 mod guest;
 pub mod internet;
 pub mod machine;
@@ -26,8 +27,8 @@ use faults::{Fault, Strike};
 pub use internet::SimInternet;
 use pvedeck_config::Config;
 use pvedeck_proxmox::{
-    AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
-    PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, IpFilter, LineSink, NodeResource,
+    NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
 };
 use pvedeck_support::clock::Clock;
 pub use state::ClusterState;
@@ -499,6 +500,17 @@ impl Pve for SimCluster {
     ) -> Result<AgentExec, PveError> {
         self.start_up().await;
         self.qm_guest_exec(node, vmid, argv, timeout_secs).await
+    }
+
+    async fn cluster_firewall(&self) -> Result<bool, PveError> {
+        self.start_up().await;
+        let options = self.fw_cluster_options().await?;
+        Ok(pvedeck_proxmox::firewall::cluster_enabled(&options))
+    }
+
+    async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError> {
+        self.start_up().await;
+        self.sim_ip_filter(node, vmid, filter).await
     }
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {

@@ -127,6 +127,7 @@ fn make_vm(
             inside.boot(vmid);
             inside
         },
+        firewall: Default::default(),
     }
 }
 
@@ -288,6 +289,8 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
         // A host that is not a VM (a printer, a forgotten box) answers on .100.
         foreign_hosts: vec![100],
         faults: Default::default(),
+        // The datacenter firewall is off, as on a new Proxmox cluster.
+        firewall: Default::default(),
         orphans: Default::default(),
     }
 }

@@ -113,6 +113,58 @@ pub struct SimVm {
     /// What is on the guest's disk that makes it itself (a clone copies it).
     #[serde(default)]
     pub inside: Inside,
+    /// `/etc/pve/firewall/<vmid>.fw`: its options and ipsets. It goes with
+    /// the VM (qemu-server's destroy removes it) and a clone gets a copy
+    /// (`clone_vmfw_conf`).
+    #[serde(default)]
+    pub firewall: VmFirewall,
+}
+
+/// A VM's firewall configuration, as pve-firewall keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmFirewall {
+    /// `[OPTIONS]`: `enable`, `ipfilter`, `policy_in`… as written.
+    pub options: BTreeMap<String, String>,
+    /// `[IPSET <name>]` sections.
+    pub ipsets: BTreeMap<String, Ipset>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ipset {
+    #[serde(default)]
+    pub comment: Option<String>,
+    /// Newest first, as the API adds them (`unshift`).
+    pub entries: Vec<IpsetEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IpsetEntry {
+    /// An address or a network, `/32` left out as pve-firewall writes it.
+    pub cidr: String,
+    #[serde(default)]
+    pub nomatch: bool,
+}
+
+impl VmFirewall {
+    fn flag(&self, key: &str) -> bool {
+        self.options.get(key).map(String::as_str) == Some("1")
+    }
+}
+
+/// An address a guest answers for besides its own (`ip addr add` inside,
+/// and ARP answers for it): what a hostile tenant does to take the next
+/// VM's address. It answers there with an identity of its own making, not
+/// its VM's, so that nothing recorded of that VM gives it away.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    pub ip: std::net::Ipv4Addr,
+    pub machine_id: String,
+    pub host_key: String,
+    /// What reached it on that address: `ready` for each readiness probe,
+    /// `script <root hash>` for each init script (the hash empty without a
+    /// root password).
+    #[serde(default)]
+    pub received: Vec<String>,
 }
 
 /// The parts of a guest's disk that identify it and what answers for it.
@@ -130,6 +182,9 @@ pub struct Inside {
     /// (`chpasswd -e`), empty when none was sent.
     #[serde(default)]
     pub root_hash: String,
+    /// Other VMs' addresses this guest claims (a hostile tenant).
+    #[serde(default)]
+    pub claims: Vec<Claim>,
 }
 
 impl Inside {
@@ -270,6 +325,19 @@ impl SimVm {
     }
 }
 
+/// Whether `cidr` (`a.b.c.d` or `a.b.c.d/n`) holds `ip`.
+pub fn cidr_holds(cidr: &str, ip: std::net::Ipv4Addr) -> bool {
+    let (addr, bits) = match cidr.split_once('/') {
+        Some((a, b)) => (a, b.parse::<u32>().ok()),
+        None => (cidr, Some(32)),
+    };
+    let (Ok(net), Some(bits @ 0..=32)) = (addr.parse::<std::net::Ipv4Addr>(), bits) else {
+        return false;
+    };
+    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+    u32::from(net) & mask == u32::from(ip) & mask
+}
+
 /// Uptimes are wall-clock: nodes and seeded VMs were up before the
 /// simulation began.
 fn wall_secs_since(ms: i64) -> u64 {
@@ -288,6 +356,10 @@ pub struct ClusterState {
     /// Injected faults (shared with the command-line stand-ins).
     #[serde(default)]
     pub faults: super::faults::Faults,
+    /// `/etc/pve/firewall/cluster.fw`'s `[OPTIONS]` (`enable`…): off, as
+    /// on a new Proxmox cluster.
+    #[serde(default)]
+    pub firewall: BTreeMap<String, String>,
     /// Disks left on a storage by a `qm destroy` without
     /// `--destroy-unreferenced-disks`: volume id → (node, bytes). They
     /// take space until removed (`pvesm free`).
@@ -343,6 +415,67 @@ impl ClusterState {
             .find(|vm| vm.conf("ipconfig0").is_some_and(|c| c.starts_with(&given)))
             .or_else(|| self.vms.get(&u32::from(ip.octets()[3])))
             .map(|vm| vm.vmid)
+    }
+
+    /// Whether the datacenter firewall is on: without it pve-firewall
+    /// compiles no rule at all (`PVE/Firewall.pm`, `compile`).
+    pub fn firewall_enabled(&self) -> bool {
+        self.firewall
+            .get("enable")
+            .and_then(|e| e.parse::<u64>().ok())
+            .is_some_and(|e| e >= 1)
+    }
+
+    /// Whether what `vm` sends from `ip` leaves its `net0`, as pve-firewall
+    /// decides: filtered only where the datacenter firewall is on, the
+    /// VM's firewall is enabled, `net0` has `firewall=1` and the VM has
+    /// `ipfilter: 1` or an `ipfilter-net0` ipset
+    /// (`generate_tap_rules_direction`); then only what that ipset holds
+    /// passes (for a VM nothing but the IPv6 link-local address is implicit,
+    /// `compile_ipsets`), the ARP answers alike (`compile_ebtables_filter`).
+    pub fn sends_from(&self, vm: &SimVm, ip: std::net::Ipv4Addr) -> bool {
+        let fw = &vm.firewall;
+        let set = fw.ipsets.get(pvedeck_proxmox::firewall::IPSET);
+        let nic_filtered = vm
+            .conf("net0")
+            .is_some_and(|net| net.split(',').any(|o| o == "firewall=1"));
+        let filtered = self.firewall_enabled()
+            && fw.flag("enable")
+            && nic_filtered
+            && (fw.flag("ipfilter") || set.is_some());
+        if !filtered {
+            return true;
+        }
+        set.is_some_and(|set| {
+            // ipset's `nomatch` entries carve out of the others.
+            let hit = |nomatch: bool| {
+                set.entries
+                    .iter()
+                    .any(|e| e.nomatch == nomatch && cidr_holds(&e.cidr, ip))
+            };
+            hit(false) && !hit(true)
+        })
+    }
+
+    /// The guest that answers for `ip` though it is not its own: a running,
+    /// booted VM claiming it whose claim reaches the wire. It strikes once
+    /// the address's own VM runs (it waits to see it, so the VMID probe
+    /// before finds nobody) and wins the race for every connection then
+    /// (the attacker's best case, which is what a test must stand).
+    pub fn claimant(&self, ip: std::net::Ipv4Addr) -> Option<(u32, usize)> {
+        let given = format!("ip={ip}/");
+        let owner_runs = self
+            .vms
+            .values()
+            .any(|vm| vm.running && vm.conf("ipconfig0").is_some_and(|c| c.starts_with(&given)));
+        if !owner_runs {
+            return None;
+        }
+        self.vms.values().find_map(|vm| {
+            let up = vm.running && matches!(vm.guest, Guest::Up) && self.node_online(&vm.node);
+            let claim = vm.inside.claims.iter().position(|c| c.ip == ip)?;
+            (up && self.sends_from(vm, ip)).then_some((vm.vmid, claim))
+        })
     }
 
     pub fn storage(&self, id: &str) -> Option<&SimStorage> {
@@ -535,6 +668,7 @@ mod tests {
             cpu_load: 0.0,
             initialized: false,
             inside: Inside::default(),
+            firewall: VmFirewall::default(),
         };
         assert_eq!(vm.boot_disk_bytes(), 8 * GIB);
         assert_eq!(vm.memory_bytes(), 2048 * MIB);

@@ -58,6 +58,7 @@ fn template(sim: &SimCluster, vmid: u32, storage: &str) {
                 cpu_load: 0.0,
                 initialized: false,
                 inside: Default::default(),
+                firewall: Default::default(),
             },
         )
     });

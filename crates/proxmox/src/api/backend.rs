@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::client::ApiClient;
 use super::tasks::{self, TaskDone, TaskSource, TaskStatus, Upid};
 use crate::cli::CliBackend;
+use crate::firewall::{self, IpFilter};
 use crate::{
     AgentExec, CloneMode, DiskImage, Fetched, GuestCommand, GuestTarget, LineSink, NodeFetch,
     NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions, RrdRow, StorageStatus,
@@ -969,6 +970,50 @@ impl Pve for ApiBackend {
                 .await
                 .map(drop),
         )
+    }
+
+    async fn cluster_firewall(&self) -> Result<bool, PveError> {
+        let options = self.client.get("/cluster/firewall/options", &[]).await?;
+        Ok(firewall::cluster_enabled(&options))
+    }
+
+    /// pve-firewall's `PVE/API2/Firewall/VM.pm` and `IPSet.pm`, mounted at
+    /// `/nodes/<node>/qemu/<vmid>/firewall` (qemu-server
+    /// `PVE/API2/Qemu.pm`); each change needs `VM.Config.Network` on the VM
+    /// (`rules_modify_permissions`, `set_options`).
+    async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError> {
+        let base = format!("{}/firewall", Self::vm_path(node, vmid));
+        let ipsets = format!("{base}/ipset");
+        let ipset = format!("{ipsets}/{}", firewall::IPSET);
+        let listed = self.client.get(&ipsets, &[]).await?;
+        if firewall::has_ipset(&listed) {
+            // A clone's, copied from its template, or an earlier try's.
+            self.client
+                .delete(&ipset, &[("force", "1".to_string())])
+                .await?;
+        }
+        if let IpFilter::Only(ip) = filter {
+            self.client
+                .post(
+                    &ipsets,
+                    &[
+                        ("name", firewall::IPSET.to_string()),
+                        ("comment", firewall::IPSET_COMMENT.to_string()),
+                    ],
+                )
+                .await?;
+            self.client
+                .post(&ipset, &[("cidr", ip.to_string())])
+                .await?;
+        }
+        let options: Vec<(&str, String)> = firewall::options(filter)
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        self.client
+            .put(&format!("{base}/options"), &options)
+            .await
+            .map(drop)
     }
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use pvedeck_config::Config;
 use run::{Output, Runner};
 
+use crate::firewall::{self, IpFilter};
 use crate::output::Limits;
 use crate::{
     AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, LineSink, NodeResource, NodeStatus,
@@ -437,6 +438,72 @@ impl Pve for CliBackend {
         let shown = format!("qm guest exec {vmid}");
         let out = self.on_bounded(node, "qm", args, Limits::AGENT).await?;
         parse::agent_exec(&shown, &out.stdout)
+    }
+
+    async fn cluster_firewall(&self) -> Result<bool, PveError> {
+        let options: serde_json::Value = self
+            .pvesh(strings([
+                "get",
+                "/cluster/firewall/options",
+                "--output-format",
+                "json",
+            ]))
+            .await?;
+        Ok(firewall::cluster_enabled(&options))
+    }
+
+    /// `pvesh` proxies to the VM's node itself (`proxyto => 'node'`), and
+    /// the VM's firewall file is cluster-wide (`/etc/pve/firewall`): it
+    /// runs on the main node like every `pvesh`.
+    async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError> {
+        let base = format!("/nodes/{node}/qemu/{vmid}/firewall");
+        let ipsets = format!("{base}/ipset");
+        let ipset = format!("{ipsets}/{}", firewall::IPSET);
+        let run = |args: Vec<String>| async move {
+            self.on(&self.main_node, "pvesh", args).await.map(drop)
+        };
+        let listed: serde_json::Value = self
+            .pvesh(vec![
+                "get".into(),
+                ipsets.clone(),
+                "--output-format".into(),
+                "json".into(),
+            ])
+            .await?;
+        if firewall::has_ipset(&listed) {
+            // A clone's, copied from its template, or an earlier try's.
+            run(vec![
+                "delete".into(),
+                ipset.clone(),
+                "--force".into(),
+                "1".into(),
+            ])
+            .await?;
+        }
+        if let IpFilter::Only(ip) = filter {
+            run(vec![
+                "create".into(),
+                ipsets,
+                "--name".into(),
+                firewall::IPSET.into(),
+                "--comment".into(),
+                firewall::IPSET_COMMENT.into(),
+            ])
+            .await?;
+            run(vec![
+                "create".into(),
+                ipset,
+                "--cidr".into(),
+                ip.to_string(),
+            ])
+            .await?;
+        }
+        let mut args = vec!["set".to_string(), format!("{base}/options")];
+        for (key, value) in firewall::options(filter) {
+            args.push(format!("--{key}"));
+            args.push(value.to_string());
+        }
+        run(args).await
     }
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {

@@ -253,7 +253,9 @@ mod tests {
                 host_key: "ssh-ed25519 AAAAkey".into(),
                 agent: installed,
                 root_hash: String::new(),
+                claims: Vec::new(),
             },
+            firewall: Default::default(),
         }
     }
 

@@ -107,6 +107,7 @@ impl SimCluster {
                     initialized: false,
                     // A fresh cloud image: no identity until it boots.
                     inside: Default::default(),
+                    firewall: Default::default(),
                 },
             );
             Ok(())

@@ -110,6 +110,7 @@ usage: pvedeck-sim qm|pvesh|pvesm|ssh <args>   one command, as the real tool ans
        pvedeck-sim fault '<json>' | fault clear
        pvedeck-sim node <node> online|offline
        pvedeck-sim storage <id> content <list>
+       pvedeck-sim claim <vmid> <ip>              VM <vmid>'s guest answers for <ip> too (hostile)
        pvedeck-sim log                            the commands run so far
        pvedeck-sim world                          simulated ms of one install (benchmarks)
        pvedeck-sim api                            the REST face over HTTPS (long-running)
@@ -295,6 +296,7 @@ impl Face<'_> {
             Some("fault") => self.fault(args),
             Some("node") => self.node_state(args),
             Some("storage") => self.storage_content(args),
+            Some("claim") => self.claim(args),
             Some("log") => {
                 for line in self.sim.commands() {
                     out(&line);
@@ -538,6 +540,9 @@ impl Face<'_> {
         let (Some(verb), Some(path)) = (p.first(), p.get(1)) else {
             return Err(PveError::command("pvesh", "400 not enough arguments", 255));
         };
+        if path.contains("/firewall") {
+            return self.pvesh_firewall(verb, path, &parsed.options).await;
+        }
         if verb != "get" {
             return Err(PveError::command(
                 "pvesh",
@@ -599,6 +604,94 @@ impl Face<'_> {
                 255,
             )),
         }
+    }
+
+    /// The firewall's paths (`/cluster/firewall/options`,
+    /// `/nodes/<node>/qemu/<vmid>/firewall/…`): `pvesh` runs the API
+    /// handler; what a `get` returns is printed, a change prints nothing.
+    async fn pvesh_firewall(
+        &self,
+        verb: &str,
+        path: &str,
+        options: &[(String, String)],
+    ) -> Result<i32, PveError> {
+        let sim = self.sim;
+        let option = |key: &str| {
+            options
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let given: Vec<(String, String)> = options
+            .iter()
+            .filter(|(k, _)| k != "output-format" && k != "digest")
+            .cloned()
+            .collect();
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let no_handler = || {
+            PveError::command(
+                "pvesh",
+                format!("No '{verb}' handler defined for '{path}'"),
+                255,
+            )
+        };
+        let shown = match (verb, parts.as_slice()) {
+            ("get", ["cluster", "firewall", "options"]) => Some(sim.fw_cluster_options().await?),
+            ("set", ["cluster", "firewall", "options"]) => {
+                sim.fw_set_cluster_options(&given).await?;
+                None
+            }
+            (verb, ["nodes", node, "qemu", id, "firewall", rest @ ..]) => {
+                let id = vmid(Some(&id.to_string()))?;
+                match (verb, rest) {
+                    ("get", ["options"]) => Some(sim.fw_vm_options(node, id).await?),
+                    ("set", ["options"]) => {
+                        sim.fw_set_vm_options(node, id, &given).await?;
+                        None
+                    }
+                    ("get", ["ipset"]) => Some(sim.fw_ipsets(node, id).await?),
+                    ("create", ["ipset"]) => {
+                        let name = option("name").ok_or_else(|| {
+                            PveError::command(
+                                "pvesh",
+                                "400 Parameter verification failed.\nname: property is missing and it is not optional",
+                                255,
+                            )
+                        })?;
+                        sim.fw_create_ipset(node, id, name, option("comment"))
+                            .await?;
+                        None
+                    }
+                    ("get", ["ipset", name]) => Some(sim.fw_ipset(node, id, name).await?),
+                    ("create", ["ipset", name]) => {
+                        let cidr = option("cidr").ok_or_else(|| {
+                            PveError::command(
+                                "pvesh",
+                                "400 Parameter verification failed.\ncidr: property is missing and it is not optional",
+                                255,
+                            )
+                        })?;
+                        sim.fw_add_ip(node, id, name, cidr).await?;
+                        None
+                    }
+                    ("delete", ["ipset", name]) => {
+                        sim.fw_delete_ipset(node, id, name, flag(options, "force"))
+                            .await?;
+                        None
+                    }
+                    ("delete", ["ipset", name, cidr]) => {
+                        sim.fw_remove_ip(node, id, name, cidr).await?;
+                        None
+                    }
+                    _ => return Err(no_handler()),
+                }
+            }
+            _ => return Err(no_handler()),
+        };
+        Ok(match shown {
+            Some(value) => print_json(&value),
+            None => 0,
+        })
     }
 
     async fn pvesm(&self, args: &[String]) -> Result<i32, PveError> {
@@ -803,6 +896,21 @@ impl Face<'_> {
             eprintln!("storage '{id}' does not exist");
             Ok(255)
         }
+    }
+
+    /// `pvedeck-sim claim <vmid> <ip>`: a hostile guest takes another
+    /// VM's address (`SimCluster::stage_claim`).
+    fn claim(&self, args: &[String]) -> Result<i32, PveError> {
+        let (Some(id), Some(ip)) = (
+            args.first().and_then(|v| v.parse::<u32>().ok()),
+            args.get(1)
+                .and_then(|v| v.parse::<std::net::Ipv4Addr>().ok()),
+        ) else {
+            eprintln!("usage: pvedeck-sim claim <vmid> <ip>");
+            return Ok(2);
+        };
+        self.sim.stage_claim(id, ip)?;
+        Ok(0)
     }
 
     /// `pvedeck-sim node <node> online|offline`.

@@ -3,6 +3,7 @@
 
 mod agent;
 mod cluster;
+mod firewall;
 mod qemu;
 mod storage;
 mod tasks;
@@ -31,6 +32,10 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api2/json/cluster/nextid", get(cluster::nextid))
         .route("/api2/json/cluster/options", get(cluster::options))
         .route("/api2/json/access/permissions", get(cluster::permissions))
+        .route(
+            "/api2/json/cluster/firewall/options",
+            get(firewall::cluster_options).put(firewall::set_cluster_options),
+        )
         .route("/api2/json/nodes", get(cluster::nodes))
         .route("/api2/json/nodes/{node}/status", get(cluster::node_status))
         .route("/api2/json/nodes/{node}/rrddata", get(cluster::rrddata))
@@ -63,6 +68,24 @@ pub fn router(api: Arc<Api>) -> Router {
         .route(&format!("{q}/migrate"), post(qemu::migrate))
         .route(&format!("{q}/clone"), post(qemu::clone))
         .route(&format!("{q}/template"), post(qemu::template))
+        .route(
+            &format!("{q}/firewall/options"),
+            get(firewall::vm_options).put(firewall::set_vm_options),
+        )
+        .route(
+            &format!("{q}/firewall/ipset"),
+            get(firewall::ipsets).post(firewall::create_ipset),
+        )
+        .route(
+            &format!("{q}/firewall/ipset/{{name}}"),
+            get(firewall::ipset)
+                .post(firewall::add_ip)
+                .delete(firewall::delete_ipset),
+        )
+        .route(
+            &format!("{q}/firewall/ipset/{{name}}/{{cidr}}"),
+            axum::routing::delete(firewall::remove_ip),
+        )
         .route(&format!("{q}/agent/ping"), post(agent::ping))
         .route(&format!("{q}/agent/exec"), post(agent::exec))
         .route(&format!("{q}/agent/exec-status"), get(agent::exec_status))
