@@ -33,15 +33,6 @@ pub enum KeyringError {
     },
     #[error("the keyring {} holds no OpenPGP public key: {detail}", path.display())]
     Parse { path: PathBuf, detail: String },
-    #[error(
-        "a key of the keyring {} ({fingerprint}) has a broken self-signature: {detail}",
-        path.display()
-    )]
-    Binding {
-        path: PathBuf,
-        fingerprint: String,
-        detail: String,
-    },
 }
 
 /// Why a checksum list's signature is not accepted.
@@ -86,15 +77,6 @@ impl Keyring {
         if keys.is_empty() {
             return Err(parse("the file is empty".to_string()));
         }
-        // A subkey whose binding does not verify is not the owner's: such
-        // a keyring is refused at start rather than trusted in part.
-        for key in &keys {
-            key.verify_bindings().map_err(|e| KeyringError::Binding {
-                path: path.to_path_buf(),
-                fingerprint: fingerprint(&key.primary_key),
-                detail: e.to_string(),
-            })?;
-        }
         Ok(Keyring {
             path: path.to_path_buf(),
             keys,
@@ -122,9 +104,15 @@ impl Keyring {
                 let primary = std::iter::once((fingerprint(&key.primary_key), {
                     signature.verify(&key.primary_key, data)
                 }));
+                // A primary key is trusted because the admin put it in the
+                // file; a subkey only when the primary key's binding says
+                // it is its own (else anyone could append one to the
+                // file's copy). An old self-signature rPGP no longer
+                // accepts (SHA-1) costs that subkey, not the keyring.
                 let subkeys = key
                     .public_subkeys
                     .iter()
+                    .filter(|sub| sub.verify_bindings(&key.primary_key).is_ok())
                     .map(|sub| (fingerprint(&sub.key), signature.verify(&sub.key, data)));
                 for (name, verified) in primary.chain(subkeys) {
                     match verified {
