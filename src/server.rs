@@ -1,5 +1,6 @@
 //! Wires configuration, backend, engine and routes together and serves them.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -44,6 +45,11 @@ pub enum StartError {
     },
     #[error(transparent)]
     SignIn(#[from] crate::engine::signin::SignInError),
+    #[error("{var}: {source}")]
+    Keyring {
+        var: String,
+        source: pvedeck_mirror::signature::KeyringError,
+    },
     #[error("server stopped: {0}")]
     Serve(std::io::Error),
     #[error("cannot serve HTTPS: {0}")]
@@ -57,6 +63,40 @@ pub fn init_tracing(filter: &str) -> Result<(), String> {
         .with_target(false)
         .try_init()
         .map_err(|e| e.to_string())
+}
+
+/// `IMAGE_VERIFY_<OS>` and `IMAGE_KEYRING_<OS>` as the engine holds them:
+/// each keyring read once, here, so that a file that cannot be read or
+/// holds no key stops the start instead of failing every install.
+fn image_policy(
+    config: &Config,
+) -> Result<BTreeMap<pvedeck_domain::os::Os, crate::engine::images::Policy>, StartError> {
+    use crate::engine::images::Policy;
+    use pvedeck_config::ImageVerify;
+    let mut policy = BTreeMap::new();
+    for (os, verify) in &config.image_verify {
+        let rule = match verify {
+            ImageVerify::Checksum => Policy::Checksum,
+            ImageVerify::Unchecked => Policy::Unchecked,
+            ImageVerify::Signed(path) => {
+                let keyring = pvedeck_mirror::signature::Keyring::load(path).map_err(|source| {
+                    StartError::Keyring {
+                        var: format!("IMAGE_KEYRING_{}", os.name().to_ascii_uppercase()),
+                        source,
+                    }
+                })?;
+                tracing::info!(
+                    os = %os,
+                    keyring = %path.display(),
+                    keys = %keyring.fingerprints().join(", "),
+                    "checksum lists must be signed"
+                );
+                Policy::Signed(Arc::new(keyring))
+            }
+        };
+        policy.insert(*os, rule);
+    }
+    Ok(policy)
 }
 
 /// Builds the whole application for a configuration.
@@ -157,6 +197,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
                 .clone()
                 .map(crate::engine::signin::Oidc::new)
                 .transpose()?,
+            image_policy: image_policy(&config)?,
         },
     ));
     engine.adopt_owners();

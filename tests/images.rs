@@ -2,14 +2,21 @@
 //! with a loopback mirror whose image and `SHA512SUMS` each test
 //! sets: a download that does not match fails `OS preparation` and is not
 //! kept, a cached image is checked again when the mirror's checksum changes,
-//! a link at the image's name is not followed, a mirror without checksums is
-//! used unverified (and says so), one that fails to give them fails the step.
+//! a link at the image's name is not followed, a mirror without checksums
+//! fails the install unless `IMAGE_VERIFY_<OS>=none` (then it is used
+//! unverified, and says so), one that fails to give them fails the step.
+//!
+//! Images fail closed: the attacks `pvedeck-sim mirror` stages — no list,
+//! a list without or with a wrong signature, a qcow2 naming a backing file
+//! or an external data file, a mirror that trickles — each end the install
+//! before anything is imported, on every lane; on the api lane also where
+//! the node fetches the image itself.
 
 mod common;
 
 use std::path::PathBuf;
 
-use common::mirror::{Mirror, Sums};
+use common::mirror::{Mirror, SimMirror, Sums, sim_keyring};
 use common::{Server, Sse, install};
 
 const DEBIAN: &str = r#"{"os":"debian","version":"12"}"#;
@@ -254,9 +261,14 @@ async fn a_link_at_the_image_s_name_is_not_followed() {
 }
 
 #[tokio::test]
-async fn a_mirror_without_checksums_is_used_unverified_and_says_so() {
+async fn a_mirror_without_checksums_is_used_unverified_when_the_admin_says_so() {
     let mirror = Mirror::start(common::qcow2(1), Sums::Status(404)).await;
-    let server = server_for(&mirror).await;
+    let server = common::server(&[
+        ("IMAGE_BASE_DEBIAN", mirror.base.as_str()),
+        ("IMAGE_FETCH", "upload"),
+        ("IMAGE_VERIFY_DEBIAN", "none"),
+    ])
+    .await;
     let out = run(&server).await;
     out.assert_succeeded();
     let note = format!(
@@ -287,4 +299,202 @@ async fn a_mirror_that_fails_to_give_its_checksums_fails_the_step() {
     assert!(!created_a_vm(&server).await);
     assert!(!out.has_step("OS preparation > downloading OS image"));
     assert_eq!(cached(&server), Vec::<String>::new());
+}
+
+/// A server whose Debian images come from `base` (pvedeck's own cache on
+/// every lane: `IMAGE_FETCH=upload` on the api lane), with `vars` over it.
+async fn server_over(base: &str, vars: &[(&str, &str)]) -> Server {
+    let mut all = vec![("IMAGE_BASE_DEBIAN", base), ("IMAGE_FETCH", "upload")];
+    all.extend_from_slice(vars);
+    common::server(&all).await
+}
+
+/// The install failed at `step` with `message` (its start), before any VM
+/// was made, and left nothing in the cache.
+async fn assert_refused(server: &Server, out: &Outcome, step: &str, message: &str) {
+    let error = out.error();
+    assert_eq!(error.step(), step, "{:#?}", out.events);
+    assert!(
+        error.message().starts_with(message),
+        "{}\nwanted: {message}",
+        error.message()
+    );
+    assert_eq!(out.job["state"], "failed");
+    assert_eq!(out.job["outcome"], "none");
+    assert!(!created_a_vm(server).await, "no VM was created");
+    let left: Vec<String> = cached(server)
+        .into_iter()
+        .filter(|f| f.starts_with(".part-") || f.starts_with(FILE))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "nothing stays in the cache");
+}
+
+#[tokio::test]
+async fn a_mirror_without_checksums_fails_the_install_naming_the_list() {
+    let mirror = SimMirror::start();
+    let base = mirror.base("no-list");
+    let server = server_over(&base, &[]).await;
+    let out = run(&server).await;
+    let message = format!(
+        "[-] no checksum list at {base}/SHA512SUMS: the image cannot be verified (set \
+         IMAGE_VERIFY_DEBIAN=none to use images without one)"
+    );
+    assert_refused(&server, &out, VERIFYING, &message).await;
+    assert!(!out.has_step("OS preparation > downloading OS image"));
+}
+
+#[tokio::test]
+async fn a_signed_list_passes_with_the_admin_s_keyring() {
+    let mirror = SimMirror::start();
+    let base = mirror.base("img");
+    let keyring = sim_keyring();
+    let keyring = keyring.to_string_lossy();
+    let server = server_over(&base, &[("IMAGE_KEYRING_DEBIAN", &keyring)]).await;
+    let out = run(&server).await;
+    out.assert_succeeded();
+    let signed = format!("[*] checksum list {base}/SHA512SUMS signed by key ");
+    assert!(
+        starts_with(&out.messages(VERIFYING), &signed),
+        "{:#?}",
+        out.events
+    );
+}
+
+#[tokio::test]
+async fn a_list_signed_by_another_key_is_refused() {
+    let mirror = SimMirror::start();
+    let base = mirror.base("bad-signature");
+    let keyring = sim_keyring();
+    let ring = keyring.to_string_lossy();
+    let server = server_over(&base, &[("IMAGE_KEYRING_DEBIAN", &ring)]).await;
+    let out = run(&server).await;
+    let message = format!(
+        "[-] the checksum list {base}/SHA512SUMS is refused: its signature {base}/SHA512SUMS.sign: \
+         it was made by "
+    );
+    assert_refused(&server, &out, VERIFYING, &message).await;
+    assert!(
+        out.error()
+            .message()
+            .ends_with(&format!("which is not in the keyring {ring}")),
+        "{}",
+        out.error().message()
+    );
+}
+
+#[tokio::test]
+async fn a_list_without_a_signature_is_refused_when_a_keyring_is_set() {
+    let mirror = SimMirror::start();
+    let base = mirror.base("no-signature");
+    let keyring = sim_keyring();
+    let ring = keyring.to_string_lossy();
+    let server = server_over(&base, &[("IMAGE_KEYRING_DEBIAN", &ring)]).await;
+    let out = run(&server).await;
+    let message = format!(
+        "[-] the checksum list {base}/SHA512SUMS is not signed (nothing at \
+         {base}/SHA512SUMS.sign), and IMAGE_KEYRING_DEBIAN asks for a signature"
+    );
+    assert_refused(&server, &out, VERIFYING, &message).await;
+}
+
+#[tokio::test]
+async fn a_qcow2_that_links_other_files_is_refused_before_import() {
+    let mirror = SimMirror::start();
+    for (fault, why) in [
+        ("backing-file", "it names a backing file"),
+        ("data-file", "it names an external data file"),
+    ] {
+        let base = mirror.base(fault);
+        // The list and its signature vouch for the image: only its
+        // header gives it away.
+        let keyring = sim_keyring();
+        let ring = keyring.to_string_lossy();
+        let server = server_over(&base, &[("IMAGE_KEYRING_DEBIAN", &ring)]).await;
+        let out = run(&server).await;
+        let message = format!("[-] OS image {base}/{FILE} is refused before import: {why}");
+        assert_refused(&server, &out, VERIFYING, &message).await;
+        assert!(starts_with(&out.messages(VERIFYING), "[*] checksum list "));
+    }
+}
+
+#[tokio::test]
+async fn a_trickling_mirror_is_ended_by_the_download_deadline() {
+    let mirror = SimMirror::start();
+    let base = mirror.base("trickle");
+    let server = server_over(&base, &[("IMAGE_DOWNLOAD_TIMEOUT_SECS", "2")]).await;
+    let message = "[-] failed to download OS image: not complete within \
+                   IMAGE_DOWNLOAD_TIMEOUT_SECS (2s)";
+    let out = run(&server).await;
+    assert_refused(
+        &server,
+        &out,
+        "OS preparation > downloading OS image",
+        message,
+    )
+    .await;
+    // The image's slot is free again: the next install gets as far.
+    let again = run(&server).await;
+    assert_refused(
+        &server,
+        &again,
+        "OS preparation > downloading OS image",
+        message,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_s_own_download_of_a_linked_qcow2_is_refused_before_it_starts() {
+    if common::lane() != common::Lane::Api {
+        return;
+    }
+    let mirror = SimMirror::start();
+    let base = mirror.base("backing-file");
+    let server = common::server(&[("IMAGE_BASE_DEBIAN", base.as_str())]).await;
+    let out = run(&server).await;
+    let message =
+        format!("[-] OS image {base}/{FILE} is refused before import: it names a backing file");
+    assert_refused(&server, &out, VERIFYING, &message).await;
+    let commands = common::commands(&server).await;
+    assert!(
+        !commands.iter().any(|c| c.contains("download-url")),
+        "the node was not asked: {commands:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_s_trickling_download_is_stopped_at_the_deadline() {
+    if common::lane() != common::Lane::Api {
+        return;
+    }
+    let mirror = SimMirror::start();
+    let base = mirror.base("trickle");
+    let server = common::server(&[
+        ("IMAGE_BASE_DEBIAN", base.as_str()),
+        ("IMAGE_DOWNLOAD_TIMEOUT_SECS", "2"),
+    ])
+    .await;
+    let out = run(&server).await;
+    let message = "[-] failed to download OS image: the download on node pve1 did not complete \
+                   within IMAGE_DOWNLOAD_TIMEOUT_SECS (2s); its task was stopped";
+    assert_refused(
+        &server,
+        &out,
+        "OS preparation > downloading OS image",
+        message,
+    )
+    .await;
+    let commands = common::commands(&server).await;
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.starts_with("pvesh delete /nodes/pve1/tasks/UPID:")),
+        "{commands:#?}"
+    );
+    // Nothing half-downloaded stays in the node's import storage.
+    let import = server.data_dir.join("sim/storage/pve1/local/import");
+    let left: Vec<_> = std::fs::read_dir(&import)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<std::ffi::OsString>::new());
 }

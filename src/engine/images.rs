@@ -10,6 +10,13 @@
 //! or the mirror now publishes another checksum (a new image). The image at
 //! its final name is opened without following a symbolic link: a link, or
 //! anything but a regular file, is not trusted and is replaced by a download.
+//!
+//! Images fail closed (docs/security.md#images): a mirror without a
+//! checksum list fails the install unless the admin said
+//! `IMAGE_VERIFY_<OS>=none`; with `IMAGE_KEYRING_<OS>` the list must carry a
+//! good signature by one of its keys; an image whose qcow2 header names a
+//! backing file or an external data file is refused before import; and a
+//! whole download is bounded by `IMAGE_DOWNLOAD_TIMEOUT_SECS`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -20,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use pvedeck_domain::os::{Os, Release};
 use pvedeck_mirror::checksums::{self, Algo, ListError};
+use pvedeck_mirror::qcow2::{self, Refusal};
+use pvedeck_mirror::signature::{self, Keyring, SignatureError};
 use pvedeck_mirror::{ImageError, Mirror};
 use pvedeck_proxmox::{DiskImage, NodeFetch};
 use pvedeck_support::files::private_dir;
@@ -40,7 +49,10 @@ pub struct ImagePlan {
     pub file: String,
     /// The checksum list the mirror publishes in the image's directory.
     pub list_url: String,
+    /// Where the list's detached signature may be, in the order tried.
+    pub signature_urls: Vec<String>,
     pub algo: Algo,
+    pub os: Os,
 }
 
 impl ImagePlan {
@@ -50,6 +62,37 @@ impl ImagePlan {
         self.path
             .with_file_name(format!("{}.{}", self.file, self.algo.extension()))
     }
+}
+
+/// What an install requires of one OS's images (`IMAGE_VERIFY_<OS>`,
+/// `IMAGE_KEYRING_<OS>`).
+#[derive(Debug, Clone, Default)]
+pub enum Policy {
+    /// A checksum list that names the image (the default).
+    #[default]
+    Checksum,
+    /// That, signed by a key of the keyring.
+    Signed(Arc<Keyring>),
+    /// `none`: a published checksum is checked, its absence accepted.
+    Unchecked,
+}
+
+/// `IMAGE_VERIFY_DEBIAN`: the setting that names `os`, for messages.
+fn verify_var(os: Os) -> String {
+    format!("IMAGE_VERIFY_{}", os.name().to_ascii_uppercase())
+}
+
+fn keyring_var(os: Os) -> String {
+    format!("IMAGE_KEYRING_{}", os.name().to_ascii_uppercase())
+}
+
+/// What the mirror published, as checked: the checksum, and the key that
+/// signed the list when a keyring asked for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub expected: Expected,
+    /// The signing key's fingerprint.
+    pub signed_by: Option<String>,
 }
 
 /// What the mirror says the image's checksum is.
@@ -70,6 +113,38 @@ pub enum VerifyError {
     List { url: String, source: ImageError },
     #[error("cannot use the checksum list {url}: {source}")]
     BadList { url: String, source: ListError },
+    #[error(
+        "no checksum list at {url}: the image cannot be verified (set {var}=none to use images \
+         without one)"
+    )]
+    NoList { url: String, var: String },
+    #[error(
+        "{url} lists no checksum for {file}: the image cannot be verified (set {var}=none to use \
+         images without one)"
+    )]
+    NotListed {
+        url: String,
+        file: String,
+        var: String,
+    },
+    #[error(
+        "the checksum list {url} is not signed (nothing at {tried}), and {var} asks for a signature"
+    )]
+    Unsigned {
+        url: String,
+        tried: String,
+        var: String,
+    },
+    #[error("cannot get the signature {url} of the checksum list: {source}")]
+    SignatureFetch { url: String, source: ImageError },
+    #[error("the checksum list {url} is refused: its signature {signature}: {source}")]
+    Signature {
+        url: String,
+        signature: String,
+        source: SignatureError,
+    },
+    #[error("OS image {what} is refused before import: {source}")]
+    Unsafe { what: String, source: Refusal },
     #[error("cannot read {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -124,6 +199,10 @@ pub struct Images {
     max_bytes: u64,
     /// One download per file at a time; the others wait and then use it.
     downloading: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per OS; an OS not named needs its checksum.
+    policy: BTreeMap<Os, Policy>,
+    /// `IMAGE_DOWNLOAD_TIMEOUT_SECS`: the longest a whole download may take.
+    deadline: Duration,
 }
 
 impl Images {
@@ -139,7 +218,26 @@ impl Images {
             bases,
             max_bytes,
             downloading: Mutex::new(HashMap::new()),
+            policy: BTreeMap::new(),
+            deadline: Duration::from_secs(1800),
         }
+    }
+
+    /// What each OS's images must show (`IMAGE_VERIFY_<OS>`,
+    /// `IMAGE_KEYRING_<OS>`).
+    pub fn verifying(mut self, policy: BTreeMap<Os, Policy>) -> Images {
+        self.policy = policy;
+        self
+    }
+
+    /// `IMAGE_DOWNLOAD_TIMEOUT_SECS`.
+    pub fn within(mut self, deadline: Duration) -> Images {
+        self.deadline = deadline;
+        self
+    }
+
+    fn policy(&self, os: Os) -> Policy {
+        self.policy.get(&os).cloned().unwrap_or_default()
     }
 
     pub fn plan(&self, release: &Release) -> ImagePlan {
@@ -151,7 +249,13 @@ impl Images {
         let dir = url.rsplit_once('/').map_or("", |(dir, _)| dir);
         ImagePlan {
             list_url: format!("{dir}/{}", published.list),
+            signature_urls: published
+                .signatures
+                .iter()
+                .map(|name| format!("{dir}/{name}"))
+                .collect(),
             algo: published.algo,
+            os: release.os,
             file: release.file_name(),
             path: self.cache_dir.join(release.file_name()),
             url,
@@ -168,10 +272,13 @@ impl Images {
         slot.lock_owned().await
     }
 
-    /// The image's checksum as the mirror publishes it now. A mirror without
-    /// a list (404) is not an error; one that fails to answer, or answers
-    /// with something that is no checksum list, is.
-    pub async fn expected(&self, plan: &ImagePlan) -> Result<Expected, VerifyError> {
+    /// The image's checksum as the mirror publishes it now, checked as
+    /// the OS's policy asks: a list that is missing or does not name the
+    /// image fails unless `IMAGE_VERIFY_<OS>=none`; with a keyring, the
+    /// list's signature must verify. A mirror that fails to answer, or
+    /// answers with something that is no checksum list, fails always.
+    pub async fn expected(&self, plan: &ImagePlan) -> Result<Checked, VerifyError> {
+        let policy = self.policy(plan.os);
         let list = self
             .mirror
             .list(&plan.list_url)
@@ -180,17 +287,100 @@ impl Images {
                 url: plan.list_url.clone(),
                 source,
             })?;
-        let Some(list) = list else {
-            return Ok(Expected::NoList);
+        let Some(mut list) = list else {
+            return match policy {
+                Policy::Unchecked => Ok(Checked {
+                    expected: Expected::NoList,
+                    signed_by: None,
+                }),
+                Policy::Checksum | Policy::Signed(_) => Err(VerifyError::NoList {
+                    url: plan.list_url.clone(),
+                    var: verify_var(plan.os),
+                }),
+            };
         };
-        match checksums::find(&list, plan.algo, &plan.file) {
-            Ok(Some(sum)) => Ok(Expected::Sum(sum)),
-            Ok(None) => Ok(Expected::NotListed),
-            Err(source) => Err(VerifyError::BadList {
-                url: plan.list_url.clone(),
-                source,
-            }),
+        let signed_by = match &policy {
+            Policy::Signed(keyring) => {
+                let (text, key) = self.signed(plan, keyring, &list).await?;
+                list = text;
+                Some(key)
+            }
+            Policy::Checksum | Policy::Unchecked => None,
+        };
+        let expected = match checksums::find(&list, plan.algo, &plan.file) {
+            Ok(Some(sum)) => Expected::Sum(sum),
+            Ok(None) if matches!(policy, Policy::Unchecked) => Expected::NotListed,
+            Ok(None) => {
+                return Err(VerifyError::NotListed {
+                    url: plan.list_url.clone(),
+                    file: plan.file.clone(),
+                    var: verify_var(plan.os),
+                });
+            }
+            Err(source) => {
+                return Err(VerifyError::BadList {
+                    url: plan.list_url.clone(),
+                    source,
+                });
+            }
+        };
+        Ok(Checked {
+            expected,
+            signed_by,
+        })
+    }
+
+    /// The list's signed text and the key that signed it: the list itself
+    /// when it is cleartext-signed, else the first detached signature the
+    /// mirror has beside it.
+    async fn signed(
+        &self,
+        plan: &ImagePlan,
+        keyring: &Keyring,
+        list: &str,
+    ) -> Result<(String, String), VerifyError> {
+        let refused = |signature: &str, source| VerifyError::Signature {
+            url: plan.list_url.clone(),
+            signature: signature.to_string(),
+            source,
+        };
+        if signature::is_cleartext_signed(list) {
+            return keyring
+                .verify_cleartext(list)
+                .map_err(|e| refused(&plan.list_url, e));
         }
+        for url in &plan.signature_urls {
+            let found =
+                self.mirror
+                    .signature(url)
+                    .await
+                    .map_err(|source| VerifyError::SignatureFetch {
+                        url: url.clone(),
+                        source,
+                    })?;
+            if let Some(bytes) = found {
+                let key = keyring
+                    .verify_detached(list.as_bytes(), &bytes)
+                    .map_err(|e| refused(url, e))?;
+                return Ok((list.to_string(), key));
+            }
+        }
+        Err(VerifyError::Unsigned {
+            url: plan.list_url.clone(),
+            tried: plan.signature_urls.join(", "),
+            var: keyring_var(plan.os),
+        })
+    }
+
+    /// Refuses an image whose qcow2 header links other files, by what the
+    /// mirror serves at its start (for a node's own download, which
+    /// pvedeck never sees whole).
+    pub async fn check_remote_header(&self, plan: &ImagePlan) -> Result<(), VerifyError> {
+        let head = self.mirror.header(&plan.url).await?;
+        qcow2::check(&head).map_err(|source| VerifyError::Unsafe {
+            what: plan.url.clone(),
+            source,
+        })
     }
 
     /// Checks the cached image `file` against `expected`: by its record
@@ -257,9 +447,17 @@ impl Images {
             }
             progress(done, total);
         };
+        // A mirror that sends a few bytes now and then never stalls: only
+        // a bound on the whole download ends it, and frees the image's slot.
+        let deadline = tokio::time::sleep(self.deadline);
         let fetched = tokio::select! {
             biased;
             () = over.notified() => None,
+            () = deadline => {
+                return Err(ImageError::Deadline {
+                    secs: self.deadline.as_secs(),
+                });
+            }
             fetched = self.mirror.fetch(&plan.url, &mut file, part.path(), &watch) => Some(fetched),
         };
         // A fetch that ended in the same turn as the cap was passed counts
@@ -303,6 +501,19 @@ impl Images {
                 });
             }
         }
+        // Even an image the list vouches for must stand alone: dropping
+        // `part` deletes it.
+        let header = part
+            .reopen()
+            .and_then(|file| read_header(&file))
+            .map_err(|source| VerifyError::Read {
+                path: part.path().to_path_buf(),
+                source,
+            })?;
+        qcow2::check(&header).map_err(|source| VerifyError::Unsafe {
+            what: plan.url.clone(),
+            source,
+        })?;
         // The old record must not vouch for the new file, not even for the
         // moment between the rename and the new record.
         forget(plan);
@@ -315,6 +526,24 @@ impl Images {
         }
         Ok(())
     }
+}
+
+/// The first [`qcow2::HEADER_BYTES`] of `file` (fewer when it is
+/// shorter), read without moving its position.
+pub fn read_header(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; qcow2::HEADER_BYTES];
+    let mut done = 0;
+    while done < head.len() {
+        match file.read_at(&mut head[done..], done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    head.truncate(done);
+    Ok(head)
 }
 
 /// Opens the image at `path` without following a symbolic link (nor
@@ -491,11 +720,18 @@ impl Engine {
         let fail = |step: &Step<'_>, e: VerifyError| {
             Failure::new(step, format!("[-] {e}"), Cleanup::Nothing)
         };
-        let expected = self
+        let checked = self
             .images
             .expected(&plan)
             .await
             .map_err(|e| fail(&verify, e))?;
+        if let Some(key) = &checked.signed_by {
+            verify.processing(format!(
+                "[*] checksum list {} signed by key {key}",
+                plan.list_url
+            ));
+        }
+        let expected = checked.expected;
         if self.proxmox.fetches_images() {
             return self.on_node(out, &plan, &expected, node).await;
         }
@@ -513,41 +749,73 @@ impl Engine {
                 plan.path.display()
             )),
             Cached::File(file) => {
-                let kept = match &expected {
-                    Expected::Sum(sum) => {
+                // A file at the image's name that links other files is
+                // never imported, whatever its record says.
+                let header = read_header(&file).map_err(|source| {
+                    fail(
+                        &verify,
+                        VerifyError::Read {
+                            path: plan.path.clone(),
+                            source,
+                        },
+                    )
+                })?;
+                let standalone = match qcow2::check(&header) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        forget(&plan);
+                        if let Err(source) = std::fs::remove_file(&plan.path)
+                            && source.kind() != std::io::ErrorKind::NotFound
+                        {
+                            let e = VerifyError::Remove {
+                                path: plan.path.clone(),
+                                source,
+                            };
+                            return Err(fail(&verify, e));
+                        }
                         verify.processing(format!(
-                            "[*] check cached OS image against {}",
-                            plan.list_url
+                            "[*] cached OS image {} is refused: {why}: removed, downloading it again",
+                            plan.path.display()
                         ));
-                        let check = self.images.check_cached(&plan, file, sum).await;
-                        match check.map_err(|e| fail(&verify, e))? {
-                            CacheCheck::Recorded => {
-                                verify.success(&format!(
+                        false
+                    }
+                };
+                let kept = standalone
+                    && match &expected {
+                        Expected::Sum(sum) => {
+                            verify.processing(format!(
+                                "[*] check cached OS image against {}",
+                                plan.list_url
+                            ));
+                            let check = self.images.check_cached(&plan, file, sum).await;
+                            match check.map_err(|e| fail(&verify, e))? {
+                                CacheCheck::Recorded => {
+                                    verify.success(&format!(
                                     "[+] OS image verified earlier against the {} published at {}",
                                     plan.algo.name(),
                                     plan.list_url
                                 ));
-                                true
-                            }
-                            CacheCheck::Matches => {
-                                verify.success(&verdict(&plan, &expected));
-                                true
-                            }
-                            CacheCheck::Removed => {
-                                verify.processing(format!(
+                                    true
+                                }
+                                CacheCheck::Matches => {
+                                    verify.success(&verdict(&plan, &expected));
+                                    true
+                                }
+                                CacheCheck::Removed => {
+                                    verify.processing(format!(
                                     "[*] cached OS image does not match the {} published at {}: removed, downloading it again",
                                     plan.algo.name(),
                                     plan.list_url
                                 ));
-                                false
+                                    false
+                                }
                             }
                         }
-                    }
-                    Expected::NoList | Expected::NotListed => {
-                        verify.success(&verdict(&plan, &expected));
-                        true
-                    }
-                };
+                        Expected::NoList | Expected::NotListed => {
+                            verify.success(&verdict(&plan, &expected));
+                            true
+                        }
+                    };
                 if kept {
                     let step = Step::new(out, Some("OS preparation"), "using OS image");
                     step.success(&format!("[+] using OS image {}", plan.path.display()));
@@ -604,6 +872,14 @@ impl Engine {
         expected: &Expected,
         node: &str,
     ) -> Result<DiskImage, Failure> {
+        // The node downloads the file pvedeck never sees: its header is
+        // read from the mirror's first bytes, and Proxmox reads the whole
+        // file's again before it keeps it (pve-storage `download_url`).
+        let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
+        self.images
+            .check_remote_header(plan)
+            .await
+            .map_err(|e| Failure::new(&verify, format!("[-] {e}"), Cleanup::Nothing))?;
         let fetch = NodeFetch {
             url: &plan.url,
             file: &plan.file,
@@ -611,6 +887,7 @@ impl Engine {
                 Expected::Sum(sum) => Some((plan.algo, sum.as_str())),
                 Expected::NoList | Expected::NotListed => None,
             },
+            deadline: self.images.deadline,
         };
         let step = Step::new(out, Some("OS preparation"), "downloading OS image");
         // Only a download logs: a volume that is there says nothing until
@@ -730,6 +1007,12 @@ mod tests {
                 code,
             })
         }
+        async fn signature(&self, _: &str) -> Result<Option<Vec<u8>>, ImageError> {
+            Ok(None)
+        }
+        async fn header(&self, _: &str) -> Result<Vec<u8>, ImageError> {
+            Ok(self.image[..self.image.len().min(qcow2::HEADER_BYTES)].to_vec())
+        }
     }
 
     fn files(dir: &Path) -> Vec<String> {
@@ -751,7 +1034,9 @@ mod tests {
         (images, plan)
     }
 
-    const IMAGE: &[u8] = b"QFI\xfb the image";
+    /// A stand-alone qcow2 image.
+    static IMAGE: std::sync::LazyLock<Vec<u8>> =
+        std::sync::LazyLock::new(|| qcow2::header(1 << 30, false, false));
 
     fn debian_list(image: &[u8]) -> String {
         checksums::record_line(&Algo::Sha512.hex(image), "debian-12-generic-amd64.qcow2")
@@ -760,7 +1045,7 @@ mod tests {
     #[test]
     fn the_checksum_list_sits_beside_the_image() {
         let images = Images::bounded(
-            Fixed::serving(IMAGE, None),
+            Fixed::serving(&IMAGE[..], None),
             PathBuf::from("/c"),
             BTreeMap::from([(Os::Rockylinux, "http://127.0.0.1:9/img".to_string())]),
             u64::MAX,
@@ -787,36 +1072,159 @@ mod tests {
     #[tokio::test]
     async fn what_the_mirror_publishes_is_read_as_expected() {
         let base = tempfile::tempdir().unwrap();
-        let expected = |list| async {
+        let expected = |list, policy: Policy| async {
             let mirror = Arc::new(Fixed {
                 image: IMAGE.to_vec(),
                 fail: false,
                 list,
             });
             let (images, plan) = debian(base.path(), mirror);
-            images.expected(&plan).await.map_err(|e| e.to_string())
+            let images = images.verifying(BTreeMap::from([(Os::Debian, policy)]));
+            images
+                .expected(&plan)
+                .await
+                .map(|c| c.expected)
+                .map_err(|e| e.to_string())
         };
-        let sum = Algo::Sha512.hex(IMAGE);
+        let sum = Algo::Sha512.hex(&IMAGE[..]);
         assert_eq!(
-            expected(Ok(Some(debian_list(IMAGE)))).await,
+            expected(Ok(Some(debian_list(&IMAGE[..]))), Policy::Checksum).await,
             Ok(Expected::Sum(sum))
         );
-        assert_eq!(expected(Ok(None)).await, Ok(Expected::NoList));
-        let other = checksums::record_line(&Algo::Sha512.hex(b"x"), "other.qcow2");
-        assert_eq!(expected(Ok(Some(other))).await, Ok(Expected::NotListed));
         let list = "https://cloud.debian.org/images/cloud/bookworm/latest/SHA512SUMS";
+        // Fail closed: no list, or one without the image, is no checksum.
         assert_eq!(
-            expected(Ok(Some("<html>proxy login</html>".into()))).await,
+            expected(Ok(None), Policy::Checksum).await,
+            Err(format!(
+                "no checksum list at {list}: the image cannot be verified (set \
+                 IMAGE_VERIFY_DEBIAN=none to use images without one)"
+            ))
+        );
+        let other = checksums::record_line(&Algo::Sha512.hex(b"x"), "other.qcow2");
+        assert_eq!(
+            expected(Ok(Some(other.clone())), Policy::Checksum).await,
+            Err(format!(
+                "{list} lists no checksum for debian-12-generic-amd64.qcow2: the image cannot be \
+                 verified (set IMAGE_VERIFY_DEBIAN=none to use images without one)"
+            ))
+        );
+        // Unless the admin says so.
+        assert_eq!(
+            expected(Ok(None), Policy::Unchecked).await,
+            Ok(Expected::NoList)
+        );
+        assert_eq!(
+            expected(Ok(Some(other)), Policy::Unchecked).await,
+            Ok(Expected::NotListed)
+        );
+        assert_eq!(
+            expected(
+                Ok(Some("<html>proxy login</html>".into())),
+                Policy::Unchecked
+            )
+            .await,
             Err(format!(
                 "cannot use the checksum list {list}: it holds no SHA-512 checksum line"
             ))
         );
         assert_eq!(
-            expected(Err(503)).await,
+            expected(Err(503), Policy::Unchecked).await,
             Err(format!(
                 "cannot get the OS image checksums from {list}: GET {list} answered 503"
             ))
         );
+    }
+
+    #[tokio::test]
+    async fn a_keyring_wants_a_signature_beside_the_list() {
+        let base = tempfile::tempdir().unwrap();
+        let public = pvedeck_sim::internet::mirror_public_key().unwrap();
+        let keyring = Keyring::from_bytes(Path::new("sim"), &public).unwrap();
+        let mirror = Fixed::serving(&IMAGE[..], Some(debian_list(&IMAGE[..])));
+        let (images, plan) = debian(base.path(), mirror);
+        let images = images.verifying(BTreeMap::from([(
+            Os::Debian,
+            Policy::Signed(Arc::new(keyring)),
+        )]));
+        let e = images.expected(&plan).await.unwrap_err();
+        let dir = "https://cloud.debian.org/images/cloud/bookworm/latest";
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the checksum list {dir}/SHA512SUMS is not signed (nothing at \
+                 {dir}/SHA512SUMS.sign), and IMAGE_KEYRING_DEBIAN asks for a signature"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_download_past_its_deadline_fails_and_leaves_nothing() {
+        /// A mirror that never finishes.
+        struct Trickle;
+        #[async_trait::async_trait]
+        impl Mirror for Trickle {
+            async fn check(&self, _: &str) -> Result<(), ImageError> {
+                Ok(())
+            }
+            async fn fetch(
+                &self,
+                _: &str,
+                file: &mut tokio::fs::File,
+                _: &Path,
+                _: pvedeck_mirror::Progress<'_>,
+            ) -> Result<(), ImageError> {
+                let _ = file.write_all(b"QFI").await;
+                std::future::pending().await
+            }
+            async fn list(&self, _: &str) -> Result<Option<String>, ImageError> {
+                Ok(None)
+            }
+            async fn signature(&self, _: &str) -> Result<Option<Vec<u8>>, ImageError> {
+                Ok(None)
+            }
+            async fn header(&self, _: &str) -> Result<Vec<u8>, ImageError> {
+                Ok(Vec::new())
+            }
+        }
+        let base = tempfile::tempdir().unwrap();
+        let images = Images::bounded(
+            Arc::new(Trickle),
+            base.path().join("images"),
+            BTreeMap::new(),
+            u64::MAX,
+        )
+        .within(Duration::from_millis(50));
+        let plan = images.plan(&find(Os::Debian, "12").unwrap());
+        let e = images.download(&plan, &|_, _| {}).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not complete within IMAGE_DOWNLOAD_TIMEOUT_SECS (0s)"
+        );
+        assert_eq!(files(&images.cache_dir), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_download_that_links_other_files_is_deleted() {
+        let base = tempfile::tempdir().unwrap();
+        for (backing, data, why) in [
+            (true, false, "it names a backing file"),
+            (false, true, "it names an external data file"),
+        ] {
+            let image = qcow2::header(1 << 30, backing, data);
+            let list = debian_list(&image);
+            let (images, plan) = debian(base.path(), Fixed::serving(&image, Some(list)));
+            let expected = images.expected(&plan).await.unwrap().expected;
+            let part = images.download(&plan, &|_, _| {}).await.unwrap();
+            let e = images.keep(&plan, part, &expected).await.unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!(
+                    "OS image {} is refused before import: {why}",
+                    plan.url
+                )),
+                "{e}"
+            );
+            assert_eq!(files(&images.cache_dir), Vec::<String>::new());
+        }
     }
 
     #[tokio::test]
@@ -836,23 +1244,23 @@ mod tests {
             "no partial file stays"
         );
 
-        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, None));
+        let (images, plan) = debian(base.path(), Fixed::serving(&IMAGE[..], None));
         let part = images.download(&plan, &|_, _| {}).await.unwrap();
         images.keep(&plan, part, &Expected::NoList).await.unwrap();
         assert_eq!(files(&images.cache_dir), ["debian-12-generic-amd64.qcow2"]);
-        assert_eq!(std::fs::read(&plan.path).unwrap(), IMAGE);
+        assert_eq!(std::fs::read(&plan.path).unwrap(), &IMAGE[..]);
     }
 
     #[tokio::test]
     async fn a_download_that_does_not_match_the_published_checksum_is_deleted() {
         let base = tempfile::tempdir().unwrap();
         let list = debian_list(b"another image");
-        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(list)));
-        let expected = images.expected(&plan).await.unwrap();
+        let (images, plan) = debian(base.path(), Fixed::serving(&IMAGE[..], Some(list)));
+        let expected = images.expected(&plan).await.unwrap().expected;
         let part = images.download(&plan, &|_, _| {}).await.unwrap();
         let e = images.keep(&plan, part, &expected).await.unwrap_err();
         assert!(
-            matches!(&e, VerifyError::Mismatch { got, .. } if *got == Algo::Sha512.hex(IMAGE)),
+            matches!(&e, VerifyError::Mismatch { got, .. } if *got == Algo::Sha512.hex(&IMAGE[..])),
             "{e}"
         );
         assert!(e.to_string().starts_with(
@@ -864,8 +1272,11 @@ mod tests {
     #[tokio::test]
     async fn a_matching_download_is_kept_with_a_record_of_its_checksum() {
         let base = tempfile::tempdir().unwrap();
-        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(debian_list(IMAGE))));
-        let expected = images.expected(&plan).await.unwrap();
+        let (images, plan) = debian(
+            base.path(),
+            Fixed::serving(&IMAGE[..], Some(debian_list(&IMAGE[..]))),
+        );
+        let expected = images.expected(&plan).await.unwrap().expected;
         let part = images.download(&plan, &|_, _| {}).await.unwrap();
         images.keep(&plan, part, &expected).await.unwrap();
         assert_eq!(
@@ -878,22 +1289,25 @@ mod tests {
         // `sha512sum -c` reads the record as it reads the mirror's list.
         assert_eq!(
             std::fs::read_to_string(plan.record_path()).unwrap(),
-            debian_list(IMAGE)
+            debian_list(&IMAGE[..])
         );
-        assert_eq!(read_record(&plan), Some(Algo::Sha512.hex(IMAGE)));
+        assert_eq!(read_record(&plan), Some(Algo::Sha512.hex(&IMAGE[..])));
     }
 
     #[tokio::test]
     async fn a_link_at_the_image_s_name_is_neither_followed_nor_trusted() {
         let base = tempfile::tempdir().unwrap();
-        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, Some(debian_list(IMAGE))));
+        let (images, plan) = debian(
+            base.path(),
+            Fixed::serving(&IMAGE[..], Some(debian_list(&IMAGE[..]))),
+        );
         private_dir(&images.cache_dir).unwrap();
         // The link points at a file that even matches the mirror's checksum,
         // with a record saying so: still not used.
         let elsewhere = base.path().join("planted.qcow2");
-        std::fs::write(&elsewhere, IMAGE).unwrap();
+        std::fs::write(&elsewhere, &IMAGE[..]).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &plan.path).unwrap();
-        std::fs::write(plan.record_path(), debian_list(IMAGE)).unwrap();
+        std::fs::write(plan.record_path(), debian_list(&IMAGE[..])).unwrap();
         assert!(matches!(
             open_cached(&plan.path).unwrap(),
             Cached::Untrusted("a symbolic link")
@@ -901,19 +1315,19 @@ mod tests {
 
         // The download takes the link's place; what it pointed to is untouched.
         std::fs::write(&elsewhere, b"precious").unwrap();
-        let expected = images.expected(&plan).await.unwrap();
+        let expected = images.expected(&plan).await.unwrap().expected;
         let part = images.download(&plan, &|_, _| {}).await.unwrap();
         images.keep(&plan, part, &expected).await.unwrap();
         let meta = std::fs::symlink_metadata(&plan.path).unwrap();
         assert!(meta.file_type().is_file());
-        assert_eq!(std::fs::read(&plan.path).unwrap(), IMAGE);
+        assert_eq!(std::fs::read(&plan.path).unwrap(), &IMAGE[..]);
         assert_eq!(std::fs::read(&elsewhere).unwrap(), b"precious");
         assert!(matches!(open_cached(&plan.path).unwrap(), Cached::File(_)));
 
         // A record that is a link is no record either.
         std::fs::remove_file(plan.record_path()).unwrap();
         let record = base.path().join("planted.sha512");
-        std::fs::write(&record, debian_list(IMAGE)).unwrap();
+        std::fs::write(&record, debian_list(&IMAGE[..])).unwrap();
         std::os::unix::fs::symlink(&record, plan.record_path()).unwrap();
         assert_eq!(read_record(&plan), None);
     }
@@ -957,8 +1371,8 @@ mod tests {
     #[tokio::test]
     async fn a_cached_image_is_hashed_again_only_when_its_record_differs() {
         let base = tempfile::tempdir().unwrap();
-        let (images, plan) = debian(base.path(), Fixed::serving(IMAGE, None));
-        let sum = Algo::Sha512.hex(IMAGE);
+        let (images, plan) = debian(base.path(), Fixed::serving(&IMAGE[..], None));
+        let sum = Algo::Sha512.hex(&IMAGE[..]);
 
         // The record holds the mirror's checksum: the file is not read (it
         // would not match).
@@ -966,25 +1380,25 @@ mod tests {
             &images,
             &plan,
             b"changed behind pvedeck's back",
-            Some(IMAGE),
+            Some(&IMAGE[..]),
         );
         let check = images.check_cached(&plan, opened(&plan), &sum).await;
         assert_eq!(check.unwrap(), CacheCheck::Recorded);
 
         // No record: hashed, it matches, the record is written.
-        cache(&images, &plan, IMAGE, None);
+        cache(&images, &plan, &IMAGE[..], None);
         let check = images.check_cached(&plan, opened(&plan), &sum).await;
         assert_eq!(check.unwrap(), CacheCheck::Matches);
         assert_eq!(read_record(&plan), Some(sum.clone()));
 
         // A record of another checksum: hashed, it matches the new one.
-        cache(&images, &plan, IMAGE, Some(b"the old image"));
+        cache(&images, &plan, &IMAGE[..], Some(b"the old image"));
         let check = images.check_cached(&plan, opened(&plan), &sum).await;
         assert_eq!(check.unwrap(), CacheCheck::Matches);
         assert_eq!(read_record(&plan), Some(sum));
 
         // The mirror has a new image: the old one goes, with its record.
-        cache(&images, &plan, IMAGE, Some(IMAGE));
+        cache(&images, &plan, &IMAGE[..], Some(&IMAGE[..]));
         let new = Algo::Sha512.hex(b"the new image");
         let check = images.check_cached(&plan, opened(&plan), &new).await;
         assert_eq!(check.unwrap(), CacheCheck::Removed);

@@ -15,7 +15,7 @@ mod disk;
 mod error;
 mod failure;
 mod identity;
-mod images;
+pub mod images;
 mod install;
 mod ipfilter;
 mod lifecycle;
@@ -38,6 +38,7 @@ mod templates;
 pub mod tenancy;
 pub mod throttle;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pvedeck_config::{Config, Limits};
@@ -99,6 +100,8 @@ pub struct Parts {
     /// The people, read from the jobs' database.
     pub directory: Arc<directory::Directory>,
     pub oidc: Option<signin::Oidc>,
+    /// What each OS's images must show, the keyrings read at start.
+    pub image_policy: BTreeMap<pvedeck_domain::os::Os, images::Policy>,
 }
 
 /// The list with how old its data is.
@@ -147,7 +150,9 @@ impl Engine {
                 config.image_cache_dir.clone(),
                 config.image_base.clone(),
                 config.image_max_bytes,
-            ),
+            )
+            .verifying(parts.image_policy)
+            .within(config.image_download_timeout),
             allocator: Arc::new(Allocator::new(&config)),
             config,
             jobs: parts.jobs,

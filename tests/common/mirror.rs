@@ -68,3 +68,53 @@ impl Mirror {
         format!("{}/SHA512SUMS", self.base)
     }
 }
+
+/// `pvedeck-sim mirror` as its own process: every release's image, the
+/// lists that give them and their signatures under `/img/`, and each
+/// attack on images in a directory of its own
+/// (`pvedeck_sim::internet::MirrorFault`).
+pub struct SimMirror {
+    /// `http://127.0.0.1:<port>`
+    root: String,
+    _process: super::Killed,
+}
+
+impl SimMirror {
+    pub fn start() -> SimMirror {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(super::sim_binary())
+            .arg("mirror")
+            .env_clear()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start pvedeck-sim mirror");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = lines
+            .next()
+            .and_then(Result::ok)
+            .expect("pvedeck-sim mirror prints its URL");
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        let root = url.trim().trim_end_matches("/img").to_string();
+        SimMirror {
+            root,
+            _process: super::Killed(child),
+        }
+    }
+
+    /// The directory that stages `fault` (`img`, `no-list`, …): an
+    /// `IMAGE_BASE_<OS>`.
+    pub fn base(&self, fault: &str) -> String {
+        format!("{}/{fault}", self.root)
+    }
+}
+
+/// A keyring file holding the simulated mirror's public key, for
+/// `IMAGE_KEYRING_<OS>`.
+pub fn sim_keyring() -> std::path::PathBuf {
+    let path = super::temp_dir("keyring").join("mirror.asc");
+    let key = pvedeck_sim::internet::mirror_public_key().expect("the mirror's key");
+    std::fs::write(&path, key).expect("keyring file");
+    path
+}

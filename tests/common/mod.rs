@@ -581,9 +581,8 @@ pub async fn node_state(server: &Server, node: &str, state: &str) {
 
 /// A small qcow2 image of virtual size 2 GiB; `tag` tells images apart.
 pub fn qcow2(tag: u8) -> Vec<u8> {
-    let mut image = vec![0u8; 4096];
-    image[..4].copy_from_slice(b"QFI\xfb");
-    image[24..32].copy_from_slice(&(2u64 << 30).to_be_bytes());
+    let mut image = pvedeck_mirror::qcow2::header(2 << 30, false, false);
+    image.resize(4096, 0);
     image[4095] = tag;
     image
 }

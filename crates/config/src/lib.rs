@@ -149,6 +149,23 @@ impl IpFilterMode {
     }
 }
 
+/// What an install requires of an OS's image before using it
+/// (`IMAGE_VERIFY_<OS>`, `IMAGE_KEYRING_<OS>`;
+/// docs/provisioning.md#os-images).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ImageVerify {
+    /// The mirror's checksum list must name the image (the default): a
+    /// mirror without one fails the install.
+    #[default]
+    Checksum,
+    /// The list must also carry a good OpenPGP signature by a key of this
+    /// keyring file (armored or binary public keys).
+    Signed(PathBuf),
+    /// `none`: a published checksum is still checked, but its absence is
+    /// accepted (an admin's own mirror that publishes no list).
+    Unchecked,
+}
+
 /// The root password new VMs get (`VM_ROOT_PASSWORD`).
 #[derive(Debug, Clone)]
 pub enum RootPassword {
@@ -250,6 +267,12 @@ pub struct Config {
     pub job_limits: JobLimits,
     /// `IMAGE_MAX_BYTES`: the largest cloud image pvedeck downloads.
     pub image_max_bytes: u64,
+    /// `IMAGE_VERIFY_<OS>` and `IMAGE_KEYRING_<OS>`; an OS not named
+    /// here needs its checksum ([`ImageVerify::Checksum`]).
+    pub image_verify: BTreeMap<Os, ImageVerify>,
+    /// `IMAGE_DOWNLOAD_TIMEOUT_SECS`: the longest a whole image download
+    /// may take, pvedeck's own or a node's.
+    pub image_download_timeout: Duration,
     /// `MAX_PVE_COMMANDS`: Proxmox commands running at once, at most.
     pub max_pve_commands: usize,
     /// `SESSION_TTL` (seconds): how long a UI login lasts.
@@ -789,6 +812,13 @@ impl<'a> Vars<'a> {
         let image_max_bytes = self
             .int_in("IMAGE_MAX_BYTES", 1, u64::MAX)?
             .unwrap_or(16 << 30);
+        let image_verify = self.image_verify()?;
+        // 30 minutes: a 1 GiB image at under 1 MB/s. A mirror slower than
+        // that is better replaced by IMAGE_BASE_<OS>.
+        let image_download_timeout = Duration::from_secs(
+            self.int_in("IMAGE_DOWNLOAD_TIMEOUT_SECS", 1, 604_800)?
+                .unwrap_or(1800),
+        );
         let max_pve_commands = self.int_in("MAX_PVE_COMMANDS", 1, 4096)?.unwrap_or(64) as usize;
         let session_ttl = Duration::from_secs(
             self.int_in("SESSION_TTL", 60, 31_536_000)?
@@ -874,6 +904,8 @@ impl<'a> Vars<'a> {
             shutdown_grace,
             job_limits,
             image_max_bytes,
+            image_verify,
+            image_download_timeout,
             max_pve_commands,
             manage,
             ssh_port,
@@ -1118,6 +1150,55 @@ impl<'a> Vars<'a> {
             groups.insert(group.to_string(), quota.over(default));
         }
         Ok((default, groups))
+    }
+
+    /// `IMAGE_VERIFY_<OS>` (`checksum` or `none`) and `IMAGE_KEYRING_<OS>`
+    /// (a file), named like `IMAGE_BASE_<OS>`.
+    fn image_verify(&self) -> Result<BTreeMap<Os, ImageVerify>, ConfigError> {
+        let os_of = |var: &str, prefix: &str, raw: &str| {
+            let os = var.strip_prefix(prefix).unwrap_or_default();
+            Os::parse(&os.to_ascii_lowercase()).ok_or_else(|| {
+                invalid(
+                    var,
+                    raw,
+                    format!("is for an OS pvedeck does not install ({})", Os::names()),
+                )
+            })
+        };
+        let mut verify = BTreeMap::new();
+        for (var, raw) in self.family("IMAGE_VERIFY_", "IMAGE_VERIFY_<OS>") {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let os = os_of(var, "IMAGE_VERIFY_", raw)?;
+            let mode = match raw {
+                "checksum" => ImageVerify::Checksum,
+                "none" => ImageVerify::Unchecked,
+                _ => return Err(invalid(var, raw, "is neither checksum nor none")),
+            };
+            verify.insert(os, mode);
+        }
+        for (var, raw) in self.family("IMAGE_KEYRING_", "IMAGE_KEYRING_<OS>") {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let os = os_of(var, "IMAGE_KEYRING_", raw)?;
+            if verify.get(&os) == Some(&ImageVerify::Unchecked) {
+                return Err(invalid(
+                    var,
+                    raw,
+                    format!(
+                        "asks for signed checksums of {os} images, which IMAGE_VERIFY_{}=none \
+                         does not want: unset one of them",
+                        os.name().to_ascii_uppercase()
+                    ),
+                ));
+            }
+            verify.insert(os, ImageVerify::Signed(PathBuf::from(raw)));
+        }
+        Ok(verify)
     }
 
     fn image_bases(&self) -> Result<BTreeMap<Os, String>, ConfigError> {
@@ -1549,6 +1630,47 @@ mod tests {
             err(&[("TRUSTED_PROXIES", "10.0.0.1, proxy")]),
             "TRUSTED_PROXIES=10.0.0.1, proxy is not a comma list of IP addresses or CIDR \
              blocks ('proxy' is neither)"
+        );
+    }
+
+    #[test]
+    fn image_verification_is_per_os_and_checksums_are_the_default() {
+        let c = parse(&[]).unwrap();
+        assert!(c.image_verify.is_empty());
+        assert_eq!(c.image_download_timeout, Duration::from_secs(1800));
+        let c = parse(&[
+            ("IMAGE_VERIFY_DEBIAN", "none"),
+            ("IMAGE_VERIFY_ROCKYLINUX", "checksum"),
+            ("IMAGE_KEYRING_UBUNTU", "/etc/pvedeck/ubuntu-cloudimage.gpg"),
+            ("IMAGE_DOWNLOAD_TIMEOUT_SECS", "60"),
+        ])
+        .unwrap();
+        assert_eq!(c.image_verify[&Os::Debian], ImageVerify::Unchecked);
+        assert_eq!(c.image_verify[&Os::Rockylinux], ImageVerify::Checksum);
+        assert_eq!(
+            c.image_verify[&Os::Ubuntu],
+            ImageVerify::Signed(PathBuf::from("/etc/pvedeck/ubuntu-cloudimage.gpg"))
+        );
+        assert_eq!(c.image_download_timeout, Duration::from_secs(60));
+        assert_eq!(
+            err(&[("IMAGE_VERIFY_DEBIAN", "sha1")]),
+            "IMAGE_VERIFY_DEBIAN=sha1 is neither checksum nor none"
+        );
+        assert!(
+            err(&[("IMAGE_VERIFY_ARCH", "none")])
+                .starts_with("IMAGE_VERIFY_ARCH=none is for an OS pvedeck does not install")
+        );
+        assert_eq!(
+            err(&[
+                ("IMAGE_VERIFY_UBUNTU", "none"),
+                ("IMAGE_KEYRING_UBUNTU", "/k.gpg")
+            ]),
+            "IMAGE_KEYRING_UBUNTU=/k.gpg asks for signed checksums of ubuntu images, which \
+             IMAGE_VERIFY_UBUNTU=none does not want: unset one of them"
+        );
+        assert_eq!(
+            err(&[("IMAGE_DOWNLOAD_TIMEOUT_SECS", "0")]),
+            "IMAGE_DOWNLOAD_TIMEOUT_SECS=0 is not an integer from 1 to 604800"
         );
     }
 

@@ -280,6 +280,35 @@ pub const SETTINGS: &[Setting] = &[
          air-gapped sites and tests ([Provisioning: os images](provisioning.md#os-images)).",
     ),
     s(
+        "IMAGE_VERIFY_<OS>",
+        Images,
+        "`checksum`",
+        "`IMAGE_VERIFY_DEBIAN`, `_UBUNTU`, `_ROCKYLINUX`: `checksum` (an install fails at \
+         `verifying OS image` when the mirror publishes no checksum list or the list does not \
+         name the image) or `none` (a published checksum is still checked; without one the image \
+         is used unverified and the step says so). Not `none` together with \
+         `IMAGE_KEYRING_<OS>` ([Provisioning: os images](provisioning.md#os-images)).",
+    ),
+    s(
+        "IMAGE_KEYRING_<OS>",
+        Images,
+        "none: lists are not signature-checked",
+        "`IMAGE_KEYRING_DEBIAN`, `_UBUNTU`, `_ROCKYLINUX`: a file of OpenPGP public keys \
+         (ASCII-armored or binary, one or several) that must have signed that OS's checksum \
+         list; a missing or wrong signature fails the install at `verifying OS image`. Read at \
+         start: a file that cannot be read or holds no key stops the server. Where each \
+         distribution publishes its key: [Security: images](security.md#images).",
+    ),
+    s(
+        "IMAGE_DOWNLOAD_TIMEOUT_SECS",
+        Images,
+        "`1800`",
+        "The longest a whole image download may take, 1–604800: pvedeck's own (the partial \
+         file is removed) and, with `IMAGE_FETCH=download`, the wait for the node's (its task \
+         is stopped). A mirror that trickles bytes never stalls; this ends it and frees the \
+         image for the next install.",
+    ),
+    s(
         "IMAGE_MAX_BYTES",
         Images,
         "`17179869184` (16 GiB)",

@@ -97,6 +97,12 @@ fn hex(bytes: &[u8]) -> String {
 pub struct Published {
     pub list: &'static str,
     pub algo: Algo,
+    /// Where the list's detached signature may be, in the same directory,
+    /// tried in this order (docs/security.md#images): Ubuntu's
+    /// `SHA256SUMS.gpg`; `SHA512SUMS.sign` as Debian's CD images have it
+    /// (its cloud images publish none); `CHECKSUM.sig` as Rocky 8 had it
+    /// and `CHECKSUM.asc`. A list that is itself cleartext-signed needs none.
+    pub signatures: &'static [&'static str],
 }
 
 pub fn published(os: Os) -> Published {
@@ -104,14 +110,17 @@ pub fn published(os: Os) -> Published {
         Os::Debian => Published {
             list: "SHA512SUMS",
             algo: Algo::Sha512,
+            signatures: &["SHA512SUMS.sign"],
         },
         Os::Ubuntu => Published {
             list: "SHA256SUMS",
             algo: Algo::Sha256,
+            signatures: &["SHA256SUMS.gpg"],
         },
         Os::Rockylinux => Published {
             list: "CHECKSUM",
             algo: Algo::Sha256,
+            signatures: &["CHECKSUM.sig", "CHECKSUM.asc"],
         },
     }
 }

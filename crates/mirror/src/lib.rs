@@ -2,9 +2,13 @@
 //! must answer 200 within 15 s, then a streamed `GET` into a file. `Http`
 //! is the real web; the simulated cluster brings an internet of its own
 //! (`pvedeck_sim::internet`), so the demo contacts nothing. Beside the image, a
-//! mirror may publish a checksum list (`checksums`).
+//! mirror may publish a checksum list (`checksums`), signed or not
+//! (`signature`); an image is a qcow2 file whose header is read before it
+//! is used (`qcow2`).
 
 pub mod checksums;
+pub mod qcow2;
+pub mod signature;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,6 +63,11 @@ pub enum ImageError {
     Client(String),
     #[error("{url} is larger than {} bytes", MAX_LIST_BYTES)]
     ListTooLarge { url: String },
+    /// The whole download took longer than `IMAGE_DOWNLOAD_TIMEOUT_SECS`:
+    /// a mirror that trickles a few bytes now and then never stalls, so
+    /// only a bound on the whole ends it.
+    #[error("not complete within IMAGE_DOWNLOAD_TIMEOUT_SECS ({secs}s)")]
+    Deadline { secs: u64 },
 }
 
 impl From<reqwest::Error> for ImageError {
@@ -89,6 +98,14 @@ pub trait Mirror: Send + Sync {
     /// `GET <url>` of a checksum list (at most [`MAX_LIST_BYTES`]): its
     /// text, or `None` when the mirror answers 404 or 410 (it publishes none).
     async fn list(&self, url: &str) -> Result<Option<String>, ImageError>;
+    /// `GET <url>` of a list's detached signature (at most
+    /// [`MAX_LIST_BYTES`], binary or armored): its bytes, or `None` on 404
+    /// or 410.
+    async fn signature(&self, url: &str) -> Result<Option<Vec<u8>>, ImageError>;
+    /// The first [`qcow2::HEADER_BYTES`] of the image at `url` (fewer when
+    /// it is shorter), by a `Range` request: the header check of an image
+    /// a node fetches itself.
+    async fn header(&self, url: &str) -> Result<Vec<u8>, ImageError>;
 }
 
 /// The web, through reqwest (TLS with the system's CA store).
@@ -163,8 +180,52 @@ impl Mirror for Http {
     }
 
     async fn list(&self, url: &str) -> Result<Option<String>, ImageError> {
-        // The whole exchange, body included, within the HEAD's time: a list
-        // is a few KiB.
+        let body = self.small(url).await?;
+        Ok(body.map(|body| String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    async fn signature(&self, url: &str) -> Result<Option<Vec<u8>>, ImageError> {
+        self.small(url).await
+    }
+
+    async fn header(&self, url: &str) -> Result<Vec<u8>, ImageError> {
+        let want = qcow2::HEADER_BYTES;
+        let res = self
+            .client
+            .get(url)
+            .header(reqwest::header::RANGE, format!("bytes=0-{}", want - 1))
+            .timeout(HEAD_TIMEOUT)
+            .send()
+            .await?;
+        // 206 is the range; a mirror that ignores ranges answers 200 with
+        // the whole file, of which only the start is read.
+        match res.status().as_u16() {
+            200 | 206 => {}
+            code => {
+                return Err(ImageError::Status {
+                    method: "GET",
+                    url: url.to_string(),
+                    code,
+                });
+            }
+        }
+        let mut head = Vec::with_capacity(want);
+        let mut stream = res.bytes_stream();
+        while head.len() < want {
+            match stream.next().await {
+                Some(chunk) => head.extend_from_slice(&chunk?),
+                None => break,
+            }
+        }
+        head.truncate(want);
+        Ok(head)
+    }
+}
+
+impl Http {
+    /// A small file (a list, a signature) whole, within the HEAD's time:
+    /// `None` on 404 or 410, an error past [`MAX_LIST_BYTES`].
+    async fn small(&self, url: &str) -> Result<Option<Vec<u8>>, ImageError> {
         let res = self.client.get(url).timeout(HEAD_TIMEOUT).send().await?;
         match res.status().as_u16() {
             200 => {}
@@ -191,7 +252,7 @@ impl Mirror for Http {
                 return Err(too_large());
             }
         }
-        Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+        Ok(Some(body))
     }
 }
 
@@ -214,6 +275,10 @@ mod tests {
             .route(
                 "/huge",
                 get(|| async { vec![b'a'; MAX_LIST_BYTES as usize + 1] }),
+            )
+            .route(
+                "/image",
+                get(|| async { qcow2::header(1 << 30, true, false).repeat(4) }),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -242,5 +307,18 @@ mod tests {
             e.to_string(),
             format!("{base}/huge is larger than 1048576 bytes")
         );
+        let sig = web.signature(&format!("{base}/list")).await.unwrap();
+        assert_eq!(sig.as_deref(), Some(&b"abc  file\n"[..]));
+    }
+
+    #[tokio::test]
+    async fn the_header_is_the_image_s_first_bytes_only() {
+        let base = server().await;
+        let web = Http::new().unwrap();
+        let head = web.header(&format!("{base}/image")).await.unwrap();
+        assert_eq!(head, qcow2::header(1 << 30, true, false));
+        assert_eq!(qcow2::check(&head), Err(qcow2::Refusal::BackingFile));
+        let e = web.header(&format!("{base}/broken")).await.unwrap_err();
+        assert_eq!(e.to_string(), format!("GET {base}/broken answered 500"));
     }
 }

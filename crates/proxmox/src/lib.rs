@@ -78,6 +78,9 @@ pub struct NodeFetch<'a> {
     pub file: &'a str,
     /// The checksum the mirror publishes for it, lower-case hex.
     pub checksum: Option<(pvedeck_mirror::checksums::Algo, &'a str)>,
+    /// `IMAGE_DOWNLOAD_TIMEOUT_SECS`: a download still running after this
+    /// is stopped on the node and fails.
+    pub deadline: std::time::Duration,
 }
 
 /// Where a node's fetch left the image.

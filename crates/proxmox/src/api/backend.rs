@@ -739,8 +739,33 @@ impl Pve for ApiBackend {
                 &format!("/nodes/{node}/storage/{storage}/download-url"),
                 &params,
             )
-            .await;
-        self.task(answer, out, TASK_LONG).await?;
+            .await?;
+        let upid = answer
+            .as_str()
+            .and_then(|text| text.trim().parse::<Upid>().ok());
+        match self.finish(answer, out, fetch.deadline).await {
+            // A mirror that trickles keeps wget going for ever: the task is
+            // stopped (Proxmox removes its partial file), not left to hold
+            // the node's bandwidth and the storage's space.
+            Err(PveError::Timeout { .. }) => {
+                if let Some(upid) = upid {
+                    let path = format!("/nodes/{}/tasks/{upid}", upid.node);
+                    if let Err(e) = self.client.delete(&path, &[]).await {
+                        tracing::warn!(%upid, error = %e, "cannot stop the node's image download");
+                    }
+                }
+                return Err(PveError::command(
+                    format!("download-url {}", fetch.url),
+                    format!(
+                        "the download on node {node} did not complete within \
+                         IMAGE_DOWNLOAD_TIMEOUT_SECS ({}s); its task was stopped",
+                        fetch.deadline.as_secs()
+                    ),
+                    1,
+                ));
+            }
+            done => done?,
+        };
         Ok(Fetched {
             volid,
             present: false,

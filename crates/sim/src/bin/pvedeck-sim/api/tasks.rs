@@ -43,6 +43,10 @@ pub fn exit_status(result: &Result<(), PveError>) -> String {
 #[derive(Debug, Clone)]
 pub struct Tasks {
     dir: PathBuf,
+    /// The running tasks' handles, by UPID: `DELETE …/tasks/{upid}` stops one.
+    running: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+    >,
 }
 
 /// A running task's log: lines appended as the operation prints them.
@@ -94,7 +98,10 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl Tasks {
     pub fn new(dir: PathBuf) -> Tasks {
-        Tasks { dir }
+        Tasks {
+            dir,
+            running: Default::default(),
+        }
     }
 
     fn log_file(&self, upid: &Upid) -> PathBuf {
@@ -138,7 +145,7 @@ impl Tasks {
         }
         let status = self.status_file(&upid);
         let future = work(TaskLog::at(log_path.clone()));
-        tokio::spawn(async move {
+        let handle = tokio::spawn(async move {
             let result = future.await;
             let exit = exit_status(&result);
             let last = match &result {
@@ -152,7 +159,33 @@ impl Tasks {
                 tracing::warn!("sim api: cannot write {}: {e}", status.display());
             }
         });
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|_, h| !h.is_finished());
+        running.insert(upid.to_string(), handle.abort_handle());
         upid
+    }
+
+    /// Stops a running task as `DELETE /nodes/{node}/tasks/{upid}` does: its
+    /// work is dropped (what it holds, a partial download, goes with it)
+    /// and it ends as Proxmox ends a task it signalled. `false` when no
+    /// such task runs.
+    pub fn stop(&self, upid: &Upid) -> bool {
+        let handle = {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.remove(&upid.to_string())
+        };
+        let Some(handle) = handle.filter(|h| !h.is_finished()) else {
+            return false;
+        };
+        handle.abort();
+        TaskLog::at(self.log_file(upid)).line("TASK ERROR: interrupted by signal");
+        if let Err(e) = write_atomically(&self.status_file(upid), b"interrupted by signal") {
+            tracing::warn!(
+                "sim api: cannot write {}: {e}",
+                self.status_file(upid).display()
+            );
+        }
+        true
     }
 
     pub fn state(&self, upid: &Upid) -> Option<TaskState> {

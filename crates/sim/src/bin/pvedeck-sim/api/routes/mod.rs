@@ -98,6 +98,10 @@ pub fn router(api: Arc<Api>) -> Router {
             get(tasks::status),
         )
         .route("/api2/json/nodes/{node}/tasks/{upid}/log", get(tasks::log))
+        .route(
+            "/api2/json/nodes/{node}/tasks/{upid}",
+            axum::routing::delete(tasks::stop),
+        )
         .fallback(not_implemented)
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),

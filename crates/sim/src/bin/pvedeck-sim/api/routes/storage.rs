@@ -244,6 +244,32 @@ pub(super) fn normalize_filename(name: &str) -> String {
 
 const ALGOS: &str = "md5, sha1, sha224, sha256, sha384, sha512";
 
+/// Removes a file when dropped (a no-op once it was renamed away).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Proxmox's refusal of an untrusted qcow2 file, in its words.
+fn untrusted(bytes: &[u8], tmp: &std::path::Path) -> Result<(), String> {
+    use pvedeck_mirror::qcow2::{Refusal, check};
+    match check(bytes) {
+        Err(Refusal::BackingFile) => Err(format!(
+            "backing file not allowed for untrusted image '{}'!",
+            tmp.display()
+        )),
+        Err(Refusal::DataFile) => Err(format!(
+            "{}: 'data-file' references are not allowed!",
+            tmp.display()
+        )),
+        // Other formats are qemu-img's to judge; the simulator has none.
+        _ => Ok(()),
+    }
+}
+
 /// `POST …/{storage}/download-url`: a `download` task fetching `url` into
 /// the storage's `import` content.
 pub async fn download_url(
@@ -373,6 +399,9 @@ impl Download<'_> {
         let dir = path.parent().unwrap_or(path);
         std::fs::create_dir_all(dir).map_err(|e| self.fail(format!("{}: {e}", dir.display())))?;
         let tmp = path.with_extension(format!("tmp_dwnl.{}", std::process::id()));
+        // A task stopped mid-download leaves no partial file, as Proxmox's
+        // worker removes its temporary file when it dies.
+        let _partial = RemoveOnDrop(tmp.clone());
         self.log
             .line(&format!("downloading {} to {}", self.url, self.shown));
         let fetched = self.fetch(&tmp).await;
@@ -395,6 +424,13 @@ impl Download<'_> {
                 return Err(self.fail(mismatch));
             }
             self.log.line("OK, checksum verified");
+        }
+        // pve-storage checks a file from outside before it takes its name
+        // (`file_size_info` with `$untrusted`, libpve-storage-perl 8.2.7):
+        // a qcow2 that links other files of the node is refused.
+        if let Err(why) = untrusted(&bytes, &tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(self.fail(why));
         }
         std::fs::rename(&tmp, path).map_err(|e| self.fail(format!("{}: {e}", path.display())))?;
         self.log.line(&format!(

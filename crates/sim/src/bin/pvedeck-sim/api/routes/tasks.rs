@@ -46,6 +46,21 @@ pub async fn status(
     Ok(data(out))
 }
 
+/// `DELETE /nodes/{node}/tasks/{upid}`: stops a running task (pvedeck
+/// stops a node's download that passed `IMAGE_DOWNLOAD_TIMEOUT_SECS`).
+pub async fn stop(
+    State(api): State<Arc<Api>>,
+    Path((_node, raw)): Path<(String, String)>,
+) -> ApiResult {
+    let upid = upid(&raw)?;
+    api.sim
+        .record(&format!("pvesh delete /nodes/{}/tasks/{upid}", upid.node));
+    if !api.tasks.stop(&upid) && api.tasks.state(&upid).is_none() {
+        return Err(ApiError::new(500, "no such task"));
+    }
+    Ok(data(serde_json::Value::Null))
+}
+
 /// `{"data":[{"n":1,"t":"…"}],"total":N}`; `limit` defaults to 50, 0 = all.
 pub async fn log(
     State(api): State<Arc<Api>>,
