@@ -52,11 +52,13 @@ async fn preconditions_answer_like_go_pve_qemu() {
     let (status, _) = post(&format!("{u}/api/vm/9000/start")).await;
     assert_eq!(status, 404);
     // None of the refusals ran a state-changing command (the reads are the
-    // cluster snapshot's and `qm status`).
+    // cluster snapshot's, `qm config` read again before acting, and `qm
+    // status`).
     let commands = common::commands(&s).await;
     assert!(
         commands.iter().all(|c| c.starts_with("pvesh")
             || c.starts_with("pvesm status")
+            || c.starts_with("qm config")
             || c.starts_with("qm status")),
         "{commands:?}"
     );
@@ -383,5 +385,104 @@ async fn a_ciuser_that_is_no_user_name_is_not_put_in_an_ssh_destination() {
     assert!(
         !argv.lines().any(|l| l.starts_with("[\"qm\",\"reboot\"")),
         "nothing rebooted"
+    );
+}
+
+#[tokio::test]
+async fn a_vm_changed_behind_pvedecks_back_is_not_acted_on() {
+    // The list is read once and not again for an hour: what it says is
+    // as old as a list can be when an action comes.
+    let s = common::server(&[("SNAPSHOT_INTERVAL_MS", "3600000")]).await;
+    let u = &s.url;
+    // The list has read 103 as one of pvedeck's (tagged), stopped.
+    assert!(common::vm(u, 103).await.is_some());
+    let before = common::commands(&s).await.len();
+    // Meanwhile someone makes it another VM: the tag is gone.
+    common::set_behind(&s, "pve2", 103, &[("tags", "router")]).await;
+    let (status, body) = post(&format!("{u}/api/vm/103/destroy")).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains("VM 103 is not the VM pvedeck last read: its tags are now 'router'"),
+        "{body}"
+    );
+    let (status, body) = post(&format!("{u}/api/vm/103/start")).await;
+    assert_eq!(status, 409, "{body}");
+    let after: Vec<String> = common::commands(&s)
+        .await
+        .into_iter()
+        .skip(before)
+        .collect();
+    assert!(
+        !after
+            .iter()
+            .any(|c| c.starts_with("qm destroy") || c.starts_with("qm start")),
+        "{after:?}"
+    );
+    assert!(common::vm(u, 103).await.is_some(), "103 is still there");
+    // Notes naming an owner pvedeck does not record for it: the same.
+    common::set_behind(
+        &s,
+        "pve2",
+        103,
+        &[
+            ("tags", "rockylinux;pvedeck"),
+            ("description", "pvedeck-owner: mallory"),
+        ],
+    )
+    .await;
+    let (status, body) = post(&format!("{u}/api/vm/103/destroy")).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains("its notes name the owner 'mallory'"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn status_reads_are_served_from_a_short_memory_and_limited_per_client() {
+    let s = common::server(&[]).await;
+    let u = &s.url;
+    let before = common::commands(&s).await;
+    let qm_status = |commands: &[String]| {
+        commands
+            .iter()
+            .filter(|c| c.starts_with("qm status 101"))
+            .count()
+    };
+    let mut answers = Vec::new();
+    for _ in 0..30 {
+        answers.push(common::get(&format!("{u}/api/vm/101/status")).await);
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|(status, body)| (*status, body.as_str()) == (200, "running"))
+    );
+    let after = common::commands(&s).await;
+    // Thirty asks within the memory's two seconds cost one or two reads.
+    assert!(
+        qm_status(&after) - qm_status(&before) <= 2,
+        "{:?}",
+        &after[before.len()..]
+    );
+    // A stop is seen at once: the memory forgets the VM it acted on.
+    assert_eq!(post(&format!("{u}/api/vm/101/stop")).await.0, 200);
+    assert_eq!(
+        common::get(&format!("{u}/api/vm/101/status")).await,
+        (200, "stopped".to_string())
+    );
+    // Past its burst a client waits; what it was refused ran nothing.
+    let mut refused = None;
+    for _ in 0..60 {
+        let (status, body) = common::get(&format!("{u}/api/vm/102/status")).await;
+        if status == 429 {
+            refused = Some(body);
+            break;
+        }
+    }
+    let refused = refused.expect("a 429 within 60 reads");
+    assert!(
+        refused.contains("too many VM reads from 127.0.0.1"),
+        "{refused}"
     );
 }

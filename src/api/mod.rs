@@ -62,6 +62,7 @@ pub fn router() -> Router<AppState> {
         .route("/sim/commands", get(sim::commands))
         .route("/sim/firewall/{state}", post(sim::set_firewall))
         .route("/sim/claim/{vmid}/{ip}", post(sim::claim))
+        .route("/sim/vm/{vmid}/set", post(sim::set_behind))
         .fallback(not_found)
 }
 

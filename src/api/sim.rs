@@ -99,3 +99,22 @@ pub async fn claim(
     sim(&state)?.stage_claim(vmid, ip)?;
     Ok("ok")
 }
+
+/// `POST /api/sim/vm/<vmid>/set` with `{"option": "value", …}`: what an
+/// admin's `qm set` on the node does behind pvedeck's back (a test's
+/// changed tags or notes).
+pub async fn set_behind(
+    State(state): State<AppState>,
+    Path(vmid): Path<u32>,
+    Json(options): Json<std::collections::BTreeMap<String, String>>,
+) -> Result<&'static str, ApiError> {
+    let sim = sim(&state)?;
+    let node = sim
+        .read(|s| s.vms.get(&vmid).map(|vm| vm.node.clone()))
+        .ok_or_else(|| ApiError::not_found(format!("VM {vmid} not found")))?;
+    let options: Vec<(String, String)> = options.into_iter().collect();
+    pvedeck_proxmox::Pve::set(sim.as_ref(), &node, vmid, &options)
+        .await
+        .map_err(|e| ApiError::bad(e.to_string()))?;
+    Ok("ok")
+}

@@ -4,6 +4,7 @@
 use pvedeck_domain::os::Os;
 use pvedeck_domain::types::{Catalog, ListFilter, OsInfo, VmDetail};
 
+use super::scope::Scope;
 use super::{Engine, EngineError};
 
 impl Engine {
@@ -48,16 +49,26 @@ impl Engine {
             .find(|v| v.vmid == vmid)
             .cloned()
             .ok_or_else(|| EngineError::NotFound(format!("VM {vmid} not found")))?;
-        // The keys (URL-encoded) and the masked password say nothing useful.
-        let config = if located.resource.status == "unknown" {
+        // Only a VM pvedeck manages shows its configuration (another's —
+        // a router's, a domain controller's — is not pvedeck's to read out),
+        // from a read at most a few seconds old. The keys (URL-encoded) and
+        // the masked password say nothing useful.
+        let config = if located.resource.status == "unknown"
+            || !self.config.manage.covers(&located.resource)
+        {
             Vec::new()
         } else {
-            self.proxmox
-                .config(&located.node, vmid)
+            self.configs
+                .get(vmid, || async {
+                    Ok(self
+                        .proxmox
+                        .config(&located.node, vmid)
+                        .await?
+                        .into_iter()
+                        .filter(|(k, _)| k != "sshkeys" && k != "cipassword" && k != "digest")
+                        .collect())
+                })
                 .await?
-                .into_iter()
-                .filter(|(k, _)| k != "sshkeys" && k != "cipassword" && k != "digest")
-                .collect()
         };
         let targets = list
             .cluster

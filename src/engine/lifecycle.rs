@@ -85,6 +85,10 @@ impl Engine {
     async fn ready_for(&self, vmid: u32, want_running: bool) -> Result<VmRef, EngineError> {
         let vm = self.locate(vmid).await?;
         self.config.manage.check(&vm.resource)?;
+        self.still_the_vm(&vm).await?;
+        // Whatever follows changes it: the next read is Proxmox's.
+        self.statuses.forget(vmid);
+        self.configs.forget(vmid);
         if let Some(lock) = &vm.resource.lock {
             return Err(EngineError::Conflict(format!(
                 "VM {vmid} is locked ({lock})"
@@ -98,12 +102,38 @@ impl Engine {
         }
     }
 
+    /// Who was judged (scope and owner) from the cluster as last read —
+    /// up to a few refreshes old — is read again from the VM's own
+    /// configuration right before anything acts on it: a VMID destroyed
+    /// and reused meanwhile (by hand, by another tool, for another tenant)
+    /// is refused with 409 and nothing runs, rather than acted on.
+    async fn still_the_vm(&self, vm: &VmRef) -> Result<(), EngineError> {
+        let fresh = self
+            .proxmox
+            .config(&vm.node, vm.vmid)
+            .await
+            .map_err(|e| refusal(vm.vmid, e))?;
+        let owner = self.directory.people().owners.get(&vm.vmid).cloned();
+        match changed(vm, &fresh, self.config.manage, owner.as_deref()) {
+            None => Ok(()),
+            Some(why) => Err(EngineError::Conflict(format!(
+                "VM {} is not the VM pvedeck last read: {why}; nothing was done (read the \
+                 list again)",
+                vm.vmid
+            ))),
+        }
+    }
+
     async fn power_now(&self, vmid: u32, action: PowerAction) -> Result<(), EngineError> {
         let vm = self.ready_for(vmid, true).await?;
-        self.proxmox
+        let done = self
+            .proxmox
             .power(&vm.node, vmid, action)
             .await
-            .map_err(|e| refusal(vmid, e))
+            .map_err(|e| refusal(vmid, e));
+        // A read that came while it ran holds the state before it.
+        self.statuses.forget(vmid);
+        done
     }
 
     /// `qm stop` (hard).
@@ -254,6 +284,7 @@ impl Engine {
             let step = Step::new(job, None, power.step);
             step.processing(format!("[*] {}", power.step));
             let result = engine.proxmox.power(&vm.node, vm.vmid, power.action).await;
+            engine.statuses.forget(vm.vmid);
             if let Err(e) = result {
                 let verb = power.verb;
                 return fail_job(
@@ -381,8 +412,97 @@ impl Engine {
     }
 }
 
+/// What makes the VM `fresh` (its configuration as read now) another
+/// than `vm` (as last listed): tags `MANAGE` no longer covers, or notes
+/// that name another owner than the one pvedeck records.
+fn changed(
+    vm: &VmRef,
+    fresh: &std::collections::BTreeMap<String, String>,
+    manage: pvedeck_config::Manage,
+    owner: Option<&str>,
+) -> Option<String> {
+    let now = pvedeck_proxmox::VmResource {
+        tags: fresh.get("tags").cloned(),
+        ..vm.resource.clone()
+    };
+    if !manage.covers(&now) {
+        let tags = now.tags.as_deref().unwrap_or("");
+        return Some(format!(
+            "its tags are now '{tags}', which MANAGE={} does not cover",
+            manage.name()
+        ));
+    }
+    let noted = fresh
+        .get("description")
+        .and_then(|notes| super::tenancy::owner_in_notes(notes));
+    match (noted.as_deref(), owner) {
+        (Some(noted), Some(owner)) if noted != owner => {
+            Some(format!("its notes name the owner '{noted}', not '{owner}'"))
+        }
+        (Some(noted), None) => Some(format!(
+            "its notes name the owner '{noted}', whom pvedeck does not record for it"
+        )),
+        _ => None,
+    }
+}
+
 /// A lifecycle job failed: the VM stays as it is.
 fn fail_job(job: &JobHandle, step: &Step<'_>, message: String) {
     step.error(message);
     job.finish(JobState::Failed, Some(VmOutcome::Kept), Some(&step.name));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use pvedeck_config::Manage;
+
+    use super::*;
+
+    fn listed(tags: &str) -> VmRef {
+        VmRef {
+            vmid: 110,
+            node: "pve1".into(),
+            resource: pvedeck_proxmox::VmResource {
+                vmid: 110,
+                tags: Some(tags.into()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_vm_is_another_when_its_tags_or_owner_no_longer_match() {
+        let vm = listed("debian;pvedeck");
+        let same = config(&[
+            ("tags", "debian;pvedeck"),
+            ("description", "pvedeck-owner: alice"),
+        ]);
+        assert_eq!(changed(&vm, &same, Manage::Pvedeck, Some("alice")), None);
+        let retagged = config(&[("tags", "router")]);
+        assert_eq!(
+            changed(&vm, &retagged, Manage::Pvedeck, None).as_deref(),
+            Some("its tags are now 'router', which MANAGE=pvedeck does not cover")
+        );
+        assert_eq!(changed(&vm, &retagged, Manage::All, None), None);
+        let untagged = config(&[]);
+        assert!(changed(&vm, &untagged, Manage::Pvedeck, None).is_some());
+        assert_eq!(
+            changed(&vm, &same, Manage::Pvedeck, Some("bob")).as_deref(),
+            Some("its notes name the owner 'alice', not 'bob'")
+        );
+        assert!(changed(&vm, &same, Manage::Pvedeck, None).is_some());
+        // Notes without an owner (a VM assigned while the server was down)
+        // are not a change.
+        let plain = config(&[("tags", "pvedeck")]);
+        assert_eq!(changed(&vm, &plain, Manage::Pvedeck, Some("bob")), None);
+    }
 }

@@ -24,6 +24,7 @@ mod memory;
 mod people;
 mod quota;
 mod readiness;
+mod reads;
 mod report;
 mod rrd;
 pub mod scope;
@@ -74,6 +75,11 @@ pub struct Engine {
     template_builds: templates::Builds,
     /// The UI's logins.
     sessions: sessions::Sessions,
+    /// `qm status` and `qm config` of one VM as last read, and how often
+    /// a client may ask.
+    statuses: reads::Recent<String>,
+    configs: reads::Recent<Vec<(String, String)>>,
+    read_rate: reads::ReadRate,
     /// Failed logins and failed bearer tokens, per client.
     logins: throttle::Throttle,
     tokens: throttle::Throttle,
@@ -161,6 +167,9 @@ impl Engine {
             key_lock: tokio::sync::Mutex::new(()),
             template_builds: Default::default(),
             sessions: sessions::Sessions::new(config_ttl),
+            statuses: reads::Recent::default(),
+            configs: reads::Recent::default(),
+            read_rate: reads::ReadRate::default(),
             logins: throttle::Throttle::new("logins"),
             tokens: throttle::Throttle::new("tokens"),
             stopping: stopping::Stopping::default(),

@@ -294,11 +294,15 @@ impl Engine {
     }
 
     pub async fn status_for(&self, actor: &Actor, vmid: u32) -> Result<String, EngineError> {
+        self.read_rate
+            .take(actor.client, std::time::Instant::now())?;
         self.visible_vm(actor, vmid)?;
-        self.vm_status(vmid).await
+        self.statuses.get(vmid, || self.vm_status(vmid)).await
     }
 
     pub async fn vm_detail_for(&self, actor: &Actor, vmid: u32) -> Result<VmDetail, EngineError> {
+        self.read_rate
+            .take(actor.client, std::time::Instant::now())?;
         self.visible_vm(actor, vmid)?;
         let mut detail = self.vm_detail(vmid).await?;
         detail.vm.owner = self.people().owners.get(&vmid).cloned();

@@ -570,6 +570,42 @@ pub fn qm_behind(server: &Server, args: &[&str]) -> bool {
     true
 }
 
+/// `qm set <vmid> --<key> <value>…` on `node`, behind pvedeck's back, on every lane:
+/// the stand-in `qm` on the shared data directory, or the in-process
+/// simulator's control route.
+pub async fn set_behind(server: &Server, node: &str, vmid: u32, options: &[(&str, &str)]) {
+    if process_lane() {
+        let id = vmid.to_string();
+        let mut args = vec!["qm", "set", id.as_str()];
+        let flags: Vec<String> = options.iter().map(|(k, _)| format!("--{k}")).collect();
+        for ((_, value), flag) in options.iter().zip(&flags) {
+            args.push(flag);
+            args.push(value);
+        }
+        // `qm` acts on the VMs of the node it runs on.
+        let out = std::process::Command::new(sim_binary())
+            .args(&args)
+            .env_clear()
+            .env("DATA_DIR", &server.data_dir)
+            .env("GATEWAY", "127.0.0.1")
+            .env("PVEDECK_SIM_NODE", node)
+            .output()
+            .expect("pvedeck-sim");
+        assert!(out.status.success(), "pvedeck-sim {args:?}: {out:?}");
+        return;
+    }
+    let body: serde_json::Map<String, serde_json::Value> = options
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let (status, said) = post_json(
+        &format!("{}/api/sim/vm/{vmid}/set", server.url),
+        &serde_json::Value::Object(body).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{said}");
+}
+
 /// Takes a node of the simulated cluster offline or brings it back.
 pub async fn node_state(server: &Server, node: &str, state: &str) {
     if process_lane() {
