@@ -139,6 +139,36 @@ fn forged_identity(vmid: u32) -> (String, String) {
     (inside.machine_id, inside.host_key)
 }
 
+/// Options as pve-firewall answers them: numbers as numbers.
+fn options_json(options: &std::collections::BTreeMap<String, String>) -> Value {
+    Value::Object(
+        options
+            .iter()
+            .map(|(k, v)| {
+                let value = v.parse::<u64>().map_or_else(|_| json!(v), |n| json!(n));
+                (k.clone(), value)
+            })
+            .collect(),
+    )
+}
+
+/// A `set_options` call on `to`: `delete` removes the options it names,
+/// every other option is set.
+fn apply_options(
+    to: &mut std::collections::BTreeMap<String, String>,
+    options: &[(String, String)],
+) {
+    for (key, value) in options {
+        if key == "delete" {
+            for gone in value.split([',', ';', ' ']) {
+                to.remove(gone);
+            }
+        } else {
+            to.insert(key.clone(), value.clone());
+        }
+    }
+}
+
 impl SimCluster {
     /// A firewall call: recorded, faults applied (op `firewall`), a read's time.
     async fn fw_call(&self, vmid: Option<u32>, command: &str) -> Result<(), PveError> {
@@ -151,17 +181,7 @@ impl SimCluster {
     pub async fn fw_cluster_options(&self) -> Result<Value, PveError> {
         self.fw_call(None, "pvesh get /cluster/firewall/options")
             .await?;
-        Ok(self.read(|s| {
-            let options: serde_json::Map<String, Value> = s
-                .firewall
-                .iter()
-                .map(|(k, v)| {
-                    let value = v.parse::<u64>().map_or_else(|_| json!(v), |n| json!(n));
-                    (k.clone(), value)
-                })
-                .collect();
-            Value::Object(options)
-        }))
+        Ok(self.read(|s| options_json(&s.firewall)))
     }
 
     /// `PUT /cluster/firewall/options`: `enable`, `ebtables`, the policies.
@@ -186,17 +206,7 @@ impl SimCluster {
                 return Err(param_error(key, &format!("value '{value}' is not valid")));
             }
         }
-        self.change(|s| {
-            for (key, value) in options {
-                if key == "delete" {
-                    for gone in value.split([',', ';', ' ']) {
-                        s.firewall.remove(gone);
-                    }
-                } else {
-                    s.firewall.insert(key.clone(), value.clone());
-                }
-            }
-        });
+        self.change(|s| apply_options(&mut s.firewall, options));
         Ok(())
     }
 
@@ -206,15 +216,7 @@ impl SimCluster {
         self.fw_call(Some(vmid), &command).await?;
         self.change(|s| {
             let fw = vm_fw(s, node, vmid, &command)?;
-            Ok(Value::Object(
-                fw.options
-                    .iter()
-                    .map(|(k, v)| {
-                        let value = v.parse::<u64>().map_or_else(|_| json!(v), |n| json!(n));
-                        (k.clone(), value)
-                    })
-                    .collect(),
-            ))
+            Ok(options_json(&fw.options))
         })
     }
 
@@ -244,15 +246,7 @@ impl SimCluster {
         }
         self.change(|s| {
             let fw = vm_fw(s, node, vmid, &command)?;
-            for (key, value) in options {
-                if key == "delete" {
-                    for gone in value.split([',', ';', ' ']) {
-                        fw.options.remove(gone);
-                    }
-                } else {
-                    fw.options.insert(key.clone(), value.clone());
-                }
-            }
+            apply_options(&mut fw.options, options);
             Ok(())
         })
     }
