@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pvedeck_domain::os::Release;
-use pvedeck_domain::request::InstallRequest;
+use pvedeck_domain::request::{InstallRequest, NodeChoice};
 use pvedeck_domain::types::JobState;
 use pvedeck_proxmox::{CloneMode, PowerAction, PveError, QmOptions, qm_options};
 
@@ -22,6 +22,7 @@ use super::allocator::Reservation;
 use super::failure::{Cleanup, Failure, failed};
 use super::identity::IdentityError;
 use super::install::{Summary, finalizing, user_password_hash};
+use super::placement::Placed;
 use super::report::{Out, Step, elapsed, one_line};
 use super::stopping::stake;
 use super::{Engine, memory, scope, sshkey};
@@ -98,14 +99,22 @@ impl Engine {
         self: &Arc<Self>,
         job: &JobHandle,
         req: &InstallRequest,
-        held: &mut Option<Reservation>,
+        (held, placed): (&mut Option<Reservation>, Option<&Placed>),
         started: Instant,
     ) -> Result<(), (Failure, Option<(u32, String)>)> {
         let none = |f: Failure| (f, None);
         let p = self
-            .preparation(Out::Job(job), req, held)
+            .preparation(Out::Job(job), req, held, placed)
             .await
             .map_err(none)?;
+        // Where the clone goes: the node named, or the one placement chose.
+        // A clone is made on its template's node and moved (Proxmox clones
+        // a VM on local storage only there), placed or not.
+        let wanted: Option<String> = match (&req.node, placed) {
+            (Some(NodeChoice::Named(n)), _) => Some(n.to_string()),
+            (_, Some(placed)) => Some(placed.choice.node.clone()),
+            _ => None,
+        };
         job.set_vmid(p.vmid);
         self.claim(job, p.vmid);
         let template = self.template_for(job, &req.release).await.map_err(none)?;
@@ -126,7 +135,7 @@ impl Engine {
                 .unwrap_or_default(),
             Err(e) => return Err(none(failed(&step, "failed to clone", Cleanup::Nothing)(e))),
         };
-        let elsewhere = req.node.as_ref().is_some_and(|n| n.as_str() != node);
+        let elsewhere = wanted.as_ref().is_some_and(|n| *n != node);
         let (mode, why) = clone_mode(&kind, elsewhere);
         step.processing(match why {
             None => format!(
@@ -219,11 +228,11 @@ impl Engine {
                 .map_err(|f| (f, at(&node)))?;
         }
 
-        if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != node) {
-            self.migrate_step(job, &node, vmid, target.as_str())
+        if let Some(target) = wanted.filter(|n| *n != node) {
+            self.migrate_step(job, &node, vmid, &target)
                 .await
                 .map_err(|f| (f, at(&node)))?;
-            node = target.to_string();
+            node = target;
         }
 
         job.stake(stake(vmid, &node, Cleanup::Keep));

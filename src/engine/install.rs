@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use pvedeck_config::{RootPassword, Secret};
 use pvedeck_domain::os::Os;
-use pvedeck_domain::request::{InstallMethod, InstallRequest};
+use pvedeck_domain::request::{InstallMethod, InstallRequest, NodeChoice};
 use pvedeck_domain::rules::Clamp;
 use pvedeck_domain::scripts;
 use pvedeck_domain::types::{JobKind, JobState};
@@ -19,6 +19,7 @@ use pvedeck_proxmox::{DiskImage, GuestCommand, GuestTarget, PowerAction, QmOptio
 
 use super::allocator::{LateProbe, Reservation};
 use super::failure::{Cleanup, Failure, failed};
+use super::placement::Placed;
 use super::readiness::Boot;
 use super::report::{Out, Step, Turns, elapsed, one_line};
 use super::sshkey::{self, KeyPair};
@@ -127,7 +128,8 @@ struct Plan {
     disk_gb: u64,
     image: DiskImage,
     key: KeyPair,
-    /// The node the VM is on (main node, then the migration target).
+    /// The node the VM is on: where it was placed, else the main node
+    /// (then the migration target).
     node: String,
     /// The fingerprint of the host key recorded at first contact.
     host_key: Option<String>,
@@ -146,7 +148,7 @@ impl Engine {
             .id
             .map(|id| self.allocator.check_asked(id))
             .transpose()?;
-        if let Some(node) = &request.node {
+        if let Some(node) = request.node.as_ref().and_then(NodeChoice::named) {
             let view = self.cluster.recent().await?;
             if !view.snapshot.nodes.iter().any(|n| n.node == node.as_str()) {
                 return Err(EngineError::bad(format!(
@@ -157,6 +159,12 @@ impl Engine {
         let reservation = match asked {
             None => None,
             Some(id) => Some(self.allocator.reserve_explicit(id, &self.proxmox).await?),
+        };
+        // Placed before the job exists: a request no node can take is
+        // refused with nothing made (docs/provisioning.md#placement).
+        let placed = match request.node {
+            Some(NodeChoice::Auto) => Some(self.place(&request).await?),
+            _ => None,
         };
 
         let named = match request.name.as_str() {
@@ -171,7 +179,7 @@ impl Engine {
         let id = job.id();
         let engine = self.clone();
         self.spawn_job(job, move |job| async move {
-            engine.run_install(&job, request, reservation).await;
+            engine.run_install(&job, request, reservation, placed).await;
         });
         Ok(id)
     }
@@ -181,14 +189,23 @@ impl Engine {
         job: &JobHandle,
         request: InstallRequest,
         reservation: Option<Reservation>,
+        placed: Option<Placed>,
     ) {
         let started = Instant::now();
         self.warm_up();
-        // The reservation lives until the job ends (it is dropped last).
+        // The reservation lives until the job ends (it is dropped last);
+        // so does the placement, whose VM the snapshot counts by then.
         let mut held = reservation;
+        let placed = placed.as_ref();
         let result = match self.method(&request) {
-            InstallMethod::Import => self.install_steps(job, &request, &mut held, started).await,
-            InstallMethod::Clone => self.clone_steps(job, &request, &mut held, started).await,
+            InstallMethod::Import => {
+                self.install_steps(job, &request, (&mut held, placed), started)
+                    .await
+            }
+            InstallMethod::Clone => {
+                self.clone_steps(job, &request, (&mut held, placed), started)
+                    .await
+            }
         };
         match result {
             Ok(()) => job.finish(JobState::Succeeded, None, None),
@@ -222,10 +239,13 @@ impl Engine {
         &self,
         job: &JobHandle,
         req: &InstallRequest,
-        held: &mut Option<Reservation>,
+        (held, placed): (&mut Option<Reservation>, Option<&Placed>),
         started: Instant,
     ) -> Result<(), (Failure, Option<(u32, String)>)> {
-        let mut plan = self.prepare(job, req, held).await.map_err(|f| (f, None))?;
+        let mut plan = self
+            .prepare(job, req, held, placed)
+            .await
+            .map_err(|f| (f, None))?;
         job.set_vmid(plan.vmid);
         self.claim(job, plan.vmid);
 
@@ -240,7 +260,7 @@ impl Engine {
         self.import_and_configure(job, req, &mut plan)
             .await
             .map_err(|f| (f, at(&plan)))?;
-        self.boot_and_initialize(job, req, &mut plan)
+        self.boot_and_initialize(job, req, placed, &mut plan)
             .await
             .map_err(|f| (f, at(&plan)))?;
 
@@ -267,7 +287,15 @@ impl Engine {
         job: &JobHandle,
         req: &InstallRequest,
         held: &mut Option<Reservation>,
+        placed: Option<&Placed>,
     ) -> Result<Plan, Failure> {
+        // A placed VM is made where it was placed, its image fetched there
+        // (docs/provisioning.md#placement) — where the backend can import
+        // on that node; else on the main node, then migrated.
+        let node = match placed {
+            Some(p) if self.proxmox.imports_on_any_node() => p.choice.node.as_str(),
+            _ => self.config.main_node.as_str(),
+        };
         let turns = Turns::new(job, 3);
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -279,7 +307,9 @@ impl Engine {
         // A stage passes the turn on only when it succeeded: what later
         // stages did is never told after a failure.
         let preparation = async {
-            let result = self.preparation(Out::Turn(&turns, 0), req, held).await;
+            let result = self
+                .preparation(Out::Turn(&turns, 0), req, held, placed)
+                .await;
             match &result {
                 Ok(_) => turns.finish(0),
                 Err(_) => {
@@ -290,7 +320,7 @@ impl Engine {
         };
         let image = async {
             tokio::select! {
-                r = self.os_image_stage(Out::Turn(&turns, 1), &req.release, &self.config.main_node) => {
+                r = self.os_image_stage(Out::Turn(&turns, 1), &req.release, node) => {
                     if r.is_ok() {
                         turns.finish(1);
                     }
@@ -323,7 +353,7 @@ impl Engine {
                 disk_gb: p.disk_gb,
                 image,
                 key,
-                node: self.config.main_node.clone(),
+                node: node.to_string(),
                 host_key: None,
                 root_password: None,
                 filtered: false,
@@ -339,13 +369,14 @@ impl Engine {
         }
     }
 
-    /// Stage `preparation`: the VMID, the address, the sizes, the name, the
-    /// storage pool.
+    /// Stage `preparation`: the VMID, the address, the sizes, the name,
+    /// where it was placed (`"node":"auto"`), the storage pool.
     pub(super) async fn preparation(
         &self,
         out: Out<'_>,
         req: &InstallRequest,
         held: &mut Option<Reservation>,
+        placed: Option<&Placed>,
     ) -> Result<Prepared, Failure> {
         let cfg = &self.config;
 
@@ -368,6 +399,10 @@ impl Engine {
                 (vmid, a.late)
             }
         };
+        if let Some(p) = placed {
+            // From now on the snapshot's figures of this VM count for it.
+            p.hold.for_vm(vmid);
+        }
 
         let step = Step::new(out, Some("preparation"), "assigning IP");
         let ip = self
@@ -396,15 +431,42 @@ impl Engine {
             req.user
         ));
 
+        if let Some(p) = placed {
+            // Decided before the job began (a request no node takes is
+            // refused); told here, in the order the seed's steps keep.
+            let step = Step::new(out, Some("preparation"), "placing VM");
+            step.processing("[*] place VM on the node with the most free memory (node auto)");
+            for (node, why) in &p.choice.ruled_out {
+                step.processing(format!("[*] {node} ruled out: {why}"));
+            }
+            if p.choice.node != cfg.main_node && !self.proxmox.imports_on_any_node() {
+                step.processing(format!(
+                    "[*] made on {} and migrated to {}: with PVE_BACKEND=cli the image is a file on {} only",
+                    cfg.main_node, p.choice.node, cfg.main_node
+                ));
+            }
+            step.success(&format!("[+] {}", p.choice.summary()));
+        }
+
         let storage = &cfg.assign_storage;
         let step = Step::new(out, Some("preparation"), "checking storage pool");
         step.processing(format!("[*] check storage pool: {storage}"));
-        let checked = match self.cluster.recent().await {
-            Ok(view) => storage::check(&view.snapshot.storages, storage),
-            Err(e) => Err(e.into()),
+        let checked = match placed {
+            // The placed node's own storages, as placement read them.
+            Some(p) => storage::check(&p.storages, storage),
+            None => match self.cluster.recent().await {
+                Ok(view) => storage::check(&view.snapshot.storages, storage),
+                Err(e) => Err(e.into()),
+            },
         };
         checked.map_err(|e| Failure::new(&step, format!("[-] {e}"), Cleanup::Nothing))?;
-        step.success(&format!("[+] storage pool {storage} is available"));
+        match placed {
+            Some(p) => step.success(&format!(
+                "[+] storage pool {storage} is available on {}",
+                p.choice.node
+            )),
+            None => step.success(&format!("[+] storage pool {storage} is available")),
+        }
 
         Ok(Prepared {
             vmid,
@@ -568,12 +630,19 @@ impl Engine {
         &self,
         job: &JobHandle,
         req: &InstallRequest,
+        placed: Option<&Placed>,
         plan: &mut Plan,
     ) -> Result<(), Failure> {
         let vmid = plan.vmid;
-        if let Some(target) = req.node.as_ref().filter(|n| n.as_str() != plan.node) {
-            self.migrate_step(job, &plan.node, vmid, target.as_str())
-                .await?;
+        // A node named moves the VM there; a placed one was made there,
+        // unless the backend could only import on the main node.
+        let wanted = match (&req.node, placed) {
+            (Some(NodeChoice::Named(n)), _) => Some(n.as_str()),
+            (_, Some(p)) => Some(p.choice.node.as_str()),
+            _ => None,
+        };
+        if let Some(target) = wanted.filter(|n| *n != plan.node) {
+            self.migrate_step(job, &plan.node, vmid, target).await?;
             plan.node = target.to_string();
         }
 

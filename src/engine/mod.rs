@@ -22,6 +22,7 @@ mod lifecycle;
 pub mod list;
 mod memory;
 mod people;
+mod placement;
 mod quota;
 mod readiness;
 mod reads;
@@ -89,6 +90,9 @@ pub struct Engine {
     directory: Arc<directory::Directory>,
     /// What users were admitted to hold that no snapshot shows yet.
     ledger: quota::Ledger,
+    /// Installs placed by `"node":"auto"` whose VMs no snapshot counts yet.
+    placements: Arc<placement::Ledger>,
+    storage_reads: placement::StorageReads,
     /// The VM list as users and admins see it.
     views: tenancy::Views,
     /// Sign-in through OpenID Connect (`OIDC_*`).
@@ -175,6 +179,8 @@ impl Engine {
             stopping: stopping::Stopping::default(),
             directory: parts.directory,
             ledger: quota::Ledger::default(),
+            placements: Arc::default(),
+            storage_reads: placement::StorageReads::default(),
             views: tenancy::Views::default(),
             oidc: parts.oidc,
         }

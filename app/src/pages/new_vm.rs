@@ -4,7 +4,7 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
 use pvedeck_domain::account::{Allowance, Usage};
 use pvedeck_domain::os::Os;
-use pvedeck_domain::request::{self, Field as Sent, InstallBody, Refusal, Version};
+use pvedeck_domain::request::{self, Field as Sent, InstallBody, NodeChoice, Refusal, Version};
 use pvedeck_domain::rules::{self, Clamp, messages};
 use pvedeck_domain::types::Catalog;
 
@@ -122,7 +122,9 @@ fn Form(catalog: Catalog, allowance: Option<Allowance>) -> impl IntoView {
     let user = RwSignal::new(String::new());
     let passwd = RwSignal::new(String::new());
     let pubkey = RwSignal::new(String::new());
-    let node = RwSignal::new(catalog.main_node.clone());
+    // Placement is the form's default (docs/provisioning.md#placement);
+    // a node chosen by name still moves the VM there once configured.
+    let node = RwSignal::new(NodeChoice::AUTO.to_string());
     let server_error = RwSignal::new(None::<String>);
     let sending = RwSignal::new(false);
 
@@ -279,6 +281,9 @@ fn Form(catalog: Catalog, allowance: Option<Allowance>) -> impl IntoView {
                 <div class="field">
                     <label for="node">"Node"</label>
                     <select id="node" name="node" on:change=move |ev| node.set(event_target_value(&ev))>
+                        <option value=NodeChoice::AUTO selected=move || node.get() == NodeChoice::AUTO>
+                            "auto: the most free memory"
+                        </option>
                         {options(catalog.nodes.clone(), node.into())}
                     </select>
                 </div>

@@ -245,6 +245,10 @@ pub struct Config {
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
+    /// `MAX_OVERCOMMIT`: how far the VMs' assigned memory and cores on a
+    /// node may exceed what it has, as a ratio, when `"node":"auto"`
+    /// places an install (docs/provisioning.md#placement).
+    pub max_overcommit: f64,
     /// `VM_ROOT_PASSWORD`: none, one for every VM, or `random` (each VM its own).
     pub vm_root_password: Option<RootPassword>,
     /// `VM_IP_FILTER`: whether new VMs may send only from their own address.
@@ -307,6 +311,9 @@ pub struct Config {
     /// A simulated cluster of this many nodes and VMs instead of the demo
     /// (benchmarks; only when `DATA_DIR/sim` holds no cluster yet).
     pub sim_size: Option<(u32, u32)>,
+    /// `SIM_NODE_MEMORY`: the large cluster's nodes' memory in GiB, in
+    /// order (benchmarks of placement need nodes of unequal size).
+    pub sim_node_memory: Vec<u64>,
     /// Where pvedeck's own SSH key lives (`~/.ssh` for cli, `DATA_DIR/ssh` for sim).
     pub ssh_key_dir: PathBuf,
     /// Extra public keys put into every VM (go-pve-qemu's admin key file).
@@ -682,6 +689,14 @@ impl<'a> Vars<'a> {
             max_disk_gb: self.u32_in("VM_MAX_DISK", MIN_DISK_GB as u32, u32::MAX)?,
         };
         let vm_balloon_min_mb = self.u32_in("VM_BALLOON_MIN", 1, u32::MAX)?;
+        // Below 0.1 no VM fits anywhere; above 10 the limit means nothing.
+        let max_overcommit = self
+            .parse_with("MAX_OVERCOMMIT", "is not a number from 0.1 to 10", |raw| {
+                raw.parse::<f64>()
+                    .ok()
+                    .filter(|r| r.is_finite() && (0.1..=10.0).contains(r))
+            })?
+            .unwrap_or(1.0);
         let vm_root_password = self.get("VM_ROOT_PASSWORD").map(RootPassword::parse);
         let vm_ip_filter = self
             .parse_with(
@@ -853,6 +868,22 @@ impl<'a> Vars<'a> {
             (None, None) => None,
             (nodes, vms) => Some((nodes.unwrap_or(3), vms.unwrap_or(0))),
         };
+        let sim_node_memory = self
+            .parse_with(
+                "SIM_NODE_MEMORY",
+                "is not a comma list of GiB from 1 to 65536",
+                |raw| {
+                    raw.split(',')
+                        .map(|g| {
+                            g.trim()
+                                .parse::<u64>()
+                                .ok()
+                                .filter(|g| (1..=65_536).contains(g))
+                        })
+                        .collect::<Option<Vec<u64>>>()
+                },
+            )?
+            .unwrap_or_default();
 
         let ssh_port = self.port("SSH_PORT", false)?.unwrap_or(22);
         // The simulated guests boot SIM_SPEED times faster: so does the polling.
@@ -885,6 +916,7 @@ impl<'a> Vars<'a> {
             tls,
             limits,
             vm_balloon_min_mb,
+            max_overcommit,
             vm_root_password,
             vm_ip_filter,
             reserved,
@@ -915,6 +947,7 @@ impl<'a> Vars<'a> {
             sim_jitter,
             sim_pvesh,
             sim_size,
+            sim_node_memory,
             ssh_key_dir,
             admin_keys_file,
             init_scripts,
@@ -1518,6 +1551,35 @@ mod tests {
         assert!(!refused.contains("hunter2"), "{refused}");
         vars.remove(6);
         assert!(err(&vars).starts_with("PVE_API_TOKEN is not set"));
+    }
+
+    #[test]
+    fn max_overcommit_is_a_ratio_within_reason() {
+        assert_eq!(parse(&[]).unwrap().max_overcommit, 1.0);
+        assert_eq!(
+            parse(&[("MAX_OVERCOMMIT", "1.5")]).unwrap().max_overcommit,
+            1.5
+        );
+        assert_eq!(
+            parse(&[("MAX_OVERCOMMIT", "10")]).unwrap().max_overcommit,
+            10.0
+        );
+        for bad in ["0", "-1", "0.05", "11", "NaN", "inf", "lots"] {
+            assert_eq!(
+                err(&[("MAX_OVERCOMMIT", bad)]),
+                format!("MAX_OVERCOMMIT={bad} is not a number from 0.1 to 10")
+            );
+        }
+        assert_eq!(
+            parse(&[("SIM_NODE_MEMORY", "108, 68,48")])
+                .unwrap()
+                .sim_node_memory,
+            vec![108, 68, 48]
+        );
+        assert_eq!(
+            err(&[("SIM_NODE_MEMORY", "64,0")]),
+            "SIM_NODE_MEMORY=64,0 is not a comma list of GiB from 1 to 65536"
+        );
     }
 
     #[test]

@@ -238,6 +238,14 @@ pub const SETTINGS: &[Setting] = &[
          ([Provisioning: balloon rules](provisioning.md#balloon-rules)).",
     ),
     s(
+        "MAX_OVERCOMMIT",
+        Provisioning,
+        "`1.0`",
+        "A number from 0.1 to 10: an install with `\"node\":\"auto\"` goes only to a node where \
+         the VMs' assigned memory, and their vCPUs, with the new VM's stay within this many times \
+         the node's memory and logical CPUs ([Provisioning: placement](provisioning.md#placement)).",
+    ),
+    s(
         "INIT_SCRIPTS",
         Provisioning,
         "`real`",
@@ -580,6 +588,13 @@ pub const SETTINGS: &[Setting] = &[
         Simulator,
         "unset: the demo cluster",
         "VMs of that large cluster, 0–100000 (0 when only `SIM_NODES` is set).",
+    ),
+    s(
+        "SIM_NODE_MEMORY",
+        Simulator,
+        "unset: 128 GiB each",
+        "The large cluster's nodes' memory, GiB each in node order (`108,68,48`), 1–65536; \
+         nodes past the list get its last value (placement benchmarks).",
     ),
     s(
         "COMMAND_TIMEOUT_SECS",

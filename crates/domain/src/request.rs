@@ -217,6 +217,28 @@ impl fmt::Display for NodeName {
     }
 }
 
+/// Where an install's VM goes: a node named, or `auto`, the node
+/// placement picks (docs/provisioning.md#placement).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeChoice {
+    Auto,
+    Named(NodeName),
+}
+
+impl NodeChoice {
+    /// The word that asks for placement. A node of that name could only
+    /// be reached by placement: `auto` means placement everywhere.
+    pub const AUTO: &'static str = "auto";
+
+    /// The node asked for by name, if one was.
+    pub fn named(&self) -> Option<&NodeName> {
+        match self {
+            NodeChoice::Auto => None,
+            NodeChoice::Named(node) => Some(node),
+        }
+    }
+}
+
 /// `POST /api/vm/install` (docs/provisioning.md#install-request).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Install))]
@@ -236,7 +258,9 @@ pub struct InstallBody {
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>))]
     pub id: Field<i64>,
-    /// The node the VM moves to once configured.
+    /// A node the VM moves to once configured, or `auto`: the VM is made
+    /// on the node with the most free memory that fits it. Absent: the
+    /// main node.
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub node: Field<String>,
@@ -303,7 +327,8 @@ pub struct InstallRequest {
     pub name: String,
     /// The VMID asked for, unchecked: `Allocator::check_asked` judges it.
     pub id: Option<i64>,
-    pub node: Option<NodeName>,
+    /// `None`: the main node, as go-pve-qemu did.
+    pub node: Option<NodeChoice>,
     pub cpu: i64,
     pub ram: i64,
     /// The `<n>` of `<n>G`.
@@ -404,7 +429,8 @@ impl Body for InstallBody {
 
         let node = match text(self.node, "node")?.filter(|n| !n.is_empty()) {
             None => None,
-            Some(n) if rules::is_dns_label(&n) => Some(NodeName(n)),
+            Some(n) if n == NodeChoice::AUTO => Some(NodeChoice::Auto),
+            Some(n) if rules::is_dns_label(&n) => Some(NodeChoice::Named(NodeName(n))),
             Some(n) => return refuse(messages::node(&n)),
         };
 
@@ -633,6 +659,22 @@ mod tests {
                 .version,
             "12"
         );
+        // `auto` asks for placement; any other name is a node's; empty or
+        // absent is the main node.
+        let node = |body: &str| install(body).unwrap().node;
+        assert_eq!(
+            node(r#"{"os":"debian","version":"12","node":"auto"}"#),
+            Some(NodeChoice::Auto)
+        );
+        assert_eq!(
+            node(r#"{"os":"debian","version":"12","node":"pve2"}"#)
+                .as_ref()
+                .and_then(NodeChoice::named)
+                .map(NodeName::as_str),
+            Some("pve2")
+        );
+        assert_eq!(node(r#"{"os":"debian","version":"12","node":""}"#), None);
+        assert_eq!(node(r#"{"os":"debian","version":"12"}"#), None);
     }
 
     #[test]
@@ -1035,7 +1077,11 @@ mod fuzz {
             judged::<InstallBody>(&value, &limits, |r| {
                 prop_assert!(os::find(r.release.os, r.release.version).is_some());
                 prop_assert!(rules::is_vm_name(&r.name), "{}", r.name);
-                prop_assert!(r.node.as_ref().is_none_or(|n| rules::is_dns_label(n.as_str())));
+                let node_ok = r.node.as_ref().is_none_or(|n| match n {
+                    NodeChoice::Auto => true,
+                    NodeChoice::Named(n) => rules::is_dns_label(n.as_str()),
+                });
+                prop_assert!(node_ok);
                 prop_assert!(rules::is_linux_user(&r.user), "{}", r.user);
                 prop_assert!(r.passwd.as_ref().is_none_or(|p| rules::is_single_line(p.expose())));
                 prop_assert!(r.pubkey.as_deref().is_none_or(rules::is_openssh_key));

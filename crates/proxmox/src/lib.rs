@@ -380,6 +380,13 @@ pub trait Pve: Send + Sync {
         false
     }
 
+    /// Whether a VM can be made and its image imported on any node. Not
+    /// with `qm disk import`, which reads its file on the node where it
+    /// runs: pvedeck's cache is on the main node only.
+    fn imports_on_any_node(&self) -> bool {
+        true
+    }
+
     /// Has `node` fetch the image into its import storage, checked against
     /// the mirror's checksum, unless it has it already; its progress
     /// relayed. Only where `fetches_images`.

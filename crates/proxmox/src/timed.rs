@@ -223,6 +223,10 @@ impl Timed {
         self.pve.fetches_images()
     }
 
+    pub fn imports_on_any_node(&self) -> bool {
+        self.pve.imports_on_any_node()
+    }
+
     /// A download: the long limit. It changes no VM, so the snapshot is
     /// not marked stale.
     pub async fn fetch_image(

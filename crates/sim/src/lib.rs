@@ -52,6 +52,8 @@ pub struct SimSettings {
     pub pvesh: std::time::Duration,
     /// `(nodes, VMs)` of a large cluster to seed instead of the demo.
     pub size: Option<(u32, u32)>,
+    /// The large cluster's nodes' memory (GiB, in order; `SIM_NODE_MEMORY`).
+    pub node_memory: Vec<u64>,
 }
 
 impl SimSettings {
@@ -63,6 +65,7 @@ impl SimSettings {
             nodes: config.nodes.clone(),
             pvesh: config.sim_pvesh,
             size: config.sim_size,
+            node_memory: config.sim_node_memory.clone(),
         }
     }
 }
@@ -89,7 +92,9 @@ fn load_or_seed(dir: &Path, settings: &SimSettings) -> Result<ClusterState, SimE
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(match settings.size {
             None => seed::demo_cluster(settings.gateway, &settings.nodes),
-            Some((nodes, vms)) => seed::large_cluster(settings.gateway, nodes, vms),
+            Some((nodes, vms)) => {
+                seed::large_cluster(settings.gateway, (nodes, &settings.node_memory), vms)
+            }
         }),
         Err(e) => Err(SimError::Load {
             path: file,

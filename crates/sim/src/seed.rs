@@ -297,8 +297,10 @@ pub fn demo_cluster(gateway: Ipv4Addr, ips: &BTreeMap<String, Ipv4Addr>) -> Clus
 
 /// A large cluster for benchmarks: `nodes` nodes like `pve1` and `vms` VMs
 /// spread over them (ids from 1000, outside the assignable range), two in
-/// three running.
-pub fn large_cluster(gateway: Ipv4Addr, nodes: u32, vms: u32) -> ClusterState {
+/// three running. `memory` gives the nodes' memory in GiB, in order (the
+/// last value for the rest; pve1's 128 when empty): placement needs nodes
+/// of unequal size to show what it does.
+pub fn large_cluster(gateway: Ipv4Addr, (nodes, memory): (u32, &[u64]), vms: u32) -> ClusterState {
     let [a, b, c, _] = gateway.octets();
     let mut state = demo_cluster(gateway, &BTreeMap::new());
     let template = state.nodes.get("pve1").cloned();
@@ -318,6 +320,10 @@ pub fn large_cluster(gateway: Ipv4Addr, nodes: u32, vms: u32) -> ClusterState {
             )
         });
         node.name = name.clone();
+        let index = usize::try_from(n - 1).unwrap_or(usize::MAX);
+        if let Some(gib) = memory.get(index).or(memory.last()) {
+            node.mem_total = gib * GIB;
+        }
         state.nodes.insert(name, node);
     }
     let names: Vec<String> = state.nodes.keys().cloned().collect();

@@ -270,6 +270,13 @@ impl Pve for CliBackend {
         self.qm_with_files(node, "create", vmid, options).await
     }
 
+    /// `qm disk import` reads the image on the node where it runs
+    /// (qemu-server `PVE/CLI/qm.pm`), and pvedeck's cache is on the main
+    /// node: a VM placed elsewhere is made there and migrated.
+    fn imports_on_any_node(&self) -> bool {
+        false
+    }
+
     async fn import_disk(
         &self,
         node: &str,
