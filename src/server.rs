@@ -56,6 +56,17 @@ pub enum StartError {
     Tls(#[from] crate::tls::TlsError),
 }
 
+impl StartError {
+    /// A setting that cannot work (exit 2, as a bad value does), rather
+    /// than a failure while serving.
+    pub fn is_bad_config(&self) -> bool {
+        matches!(
+            self,
+            StartError::Store(crate::store::StoreError::Connect { .. })
+        )
+    }
+}
+
 pub fn init_tracing(filter: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
     tracing_subscriber::fmt()
@@ -169,7 +180,16 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             (Arc::new(backend), Arc::new(web), Clock::real(), None)
         }
     };
-    let jobs = Jobs::open_with(&config.data_dir.join("pvedeck.db"), config.job_limits)?;
+    let sqlite = config.data_dir.join("pvedeck.db");
+    let store = crate::store::open(match &config.database_url {
+        Some(url) => crate::store::Location::Postgres(url.expose()),
+        None => crate::store::Location::Sqlite(&sqlite),
+    })?;
+    match &config.database_url {
+        Some(url) => tracing::info!(database = %url, "store: PostgreSQL"),
+        None => tracing::info!(database = %sqlite.display(), "store: SQLite"),
+    }
+    let jobs = Jobs::on_store(store, config.job_limits)?;
     let directory = Arc::new(crate::engine::directory::Directory::open(
         jobs.store().clone(),
     )?);

@@ -16,8 +16,8 @@ use pvedeck_support::sync::lock;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics::Metrics;
+use crate::store::{Location, Store, StoreError, TemplateBuilt};
 pub use crate::store::{OnStop, Stake};
-use crate::store::{Store, StoreError, TemplateBuilt};
 
 /// What a follower receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +42,7 @@ const LIVE_CAPACITY: usize = 256;
 type LiveMap = Arc<Mutex<HashMap<u64, broadcast::Sender<Live>>>>;
 
 pub struct Jobs {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     live: LiveMap,
     /// The writer thread: events, ends and stakes are written there, in
     /// order, and only then broadcast — never on an async worker thread.
@@ -158,7 +158,7 @@ enum Write {
 
 /// The writer thread's loop: a write, then what followers must hear of it.
 /// A database error is logged and the event still reaches the followers.
-fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
+fn write_all(store: &dyn Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
     for write in writes {
         match write {
             Write::Event { id, event, shown } => {
@@ -224,19 +224,22 @@ impl Jobs {
 
     /// [`Jobs::open`] with limits; ended jobs older than `keep_days` go.
     pub fn open_with(path: &Path, limits: JobLimits) -> Result<Arc<Jobs>, StoreError> {
-        let store = Store::open(path)?;
+        Jobs::on_store(crate::store::open(Location::Sqlite(path))?, limits)
+    }
+
+    /// The jobs of `store` (SQLite or PostgreSQL), with limits.
+    pub fn on_store(store: Arc<dyn Store>, limits: JobLimits) -> Result<Arc<Jobs>, StoreError> {
         let keep_ms = i64::from(limits.keep_days) * 86_400_000;
         let pruned = store.prune(now_ms() - keep_ms)?;
         if pruned > 0 {
             tracing::info!(pruned, keep_days = limits.keep_days, "old jobs removed");
         }
-        let store = Arc::new(store);
         let live = LiveMap::default();
         let (writes, queue) = std::sync::mpsc::channel();
         let (writer_store, writer_live) = (store.clone(), live.clone());
         std::thread::Builder::new()
             .name("pvedeck-db".to_string())
-            .spawn(move || write_all(&writer_store, &writer_live, queue))
+            .spawn(move || write_all(writer_store.as_ref(), &writer_live, queue))
             .map_err(StoreError::Writer)?;
         Ok(Arc::new(Jobs {
             store,
@@ -256,10 +259,10 @@ impl Jobs {
     async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
     {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || read(&store))
+        tokio::task::spawn_blocking(move || read(store.as_ref()))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
@@ -354,7 +357,7 @@ impl Jobs {
     }
 
     /// The store itself, for what is not the job history (people, audit).
-    pub fn store(&self) -> &Arc<Store> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -385,11 +388,11 @@ impl Jobs {
     }
 
     pub async fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
-        self.read(Store::templates).await
+        self.read(|s| s.templates()).await
     }
 
     pub async fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
-        self.read(Store::identities).await
+        self.read(|s| s.identities()).await
     }
 
     pub async fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {

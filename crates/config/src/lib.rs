@@ -10,10 +10,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod allow;
+mod database;
 pub mod oidc;
 pub mod pve_api;
 pub mod reference;
 pub mod sites;
+
+pub use database::{DatabaseUrl, mask_password};
 
 use pvedeck_domain::os::Os;
 pub use pvedeck_domain::rules::Limits;
@@ -242,6 +245,8 @@ pub struct Config {
     pub trusted_proxies: Proxies,
     /// `TLS_CERT_FILE` and `TLS_KEY_FILE`: HTTPS served by pvedeck itself.
     pub tls: Option<TlsFiles>,
+    /// `DATABASE_URL`: PostgreSQL instead of the embedded SQLite.
+    pub database_url: Option<DatabaseUrl>,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
@@ -654,6 +659,14 @@ impl<'a> Vars<'a> {
             })?,
         };
 
+        let database_url = match self.get("DATABASE_URL") {
+            None => None,
+            Some(url) => Some(DatabaseUrl::parse(url).map_err(|why| ConfigError::Invalid {
+                var: "DATABASE_URL".to_string(),
+                value: mask_password(url),
+                expected: why.to_string(),
+            })?),
+        };
         let tls = match (self.get("TLS_CERT_FILE"), self.get("TLS_KEY_FILE")) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some(TlsFiles {
@@ -883,6 +896,7 @@ impl<'a> Vars<'a> {
             allow_ips,
             trusted_proxies,
             tls,
+            database_url,
             limits,
             vm_balloon_min_mb,
             vm_root_password,

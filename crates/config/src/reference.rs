@@ -114,6 +114,15 @@ pub const SETTINGS: &[Setting] = &[
          cache, and with `sim` the SSH key and the simulated cluster (`sim/`).",
     ),
     s(
+        "DATABASE_URL",
+        Server,
+        "unset: SQLite in `DATA_DIR/pvedeck.db`",
+        "`postgres://user:password@host:port/database`: everything pvedeck keeps (jobs, events, \
+         templates, users, tokens, owners, audit) lives in PostgreSQL instead, shared by every \
+         pvedeck process on the same URL ([Architecture: one store, two databases](architecture.md#one-store-two-databases)). \
+         Unreachable at start-up: exit 2, the password masked.",
+    ),
+    s(
         "LEPTOS_SITE_ROOT",
         Server,
         "`target/site`",
