@@ -56,6 +56,35 @@ pub enum StartError {
     Tls(#[from] crate::tls::TlsError),
 }
 
+/// A replica's name when `REPLICA_NAME` is unset: the host's, and a random
+/// suffix so that two processes on one host (or a restart within a lease)
+/// are two replicas.
+fn replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                .take(48)
+                .collect::<String>()
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "pvedeck".to_string());
+    let mut suffix = [0u8; 3];
+    if getrandom::fill(&mut suffix).is_err() {
+        // No randomness: the process id still tells two processes apart.
+        return format!("{host}-{}", std::process::id());
+    }
+    format!(
+        "{host}-{}",
+        suffix
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
 impl StartError {
     /// A setting that cannot work (exit 2, as a bad value does), rather
     /// than a failure while serving.
@@ -189,7 +218,18 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
         Some(url) => tracing::info!(database = %url, "store: PostgreSQL"),
         None => tracing::info!(database = %sqlite.display(), "store: SQLite"),
     }
-    let jobs = Jobs::on_store(store, config.job_limits)?;
+    let replica = crate::jobs::Replica {
+        name: config.replica_name.clone().unwrap_or_else(replica_name),
+        lease: config.job_lease,
+    };
+    if store.shared() {
+        tracing::info!(
+            replica = replica.name,
+            lease_secs = replica.lease.as_secs(),
+            "replica"
+        );
+    }
+    let jobs = Jobs::on_store(store, config.job_limits, replica)?;
     let directory = Arc::new(crate::engine::directory::Directory::open(
         jobs.store().clone(),
     )?);
@@ -225,6 +265,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     if orphans > 0 {
         tracing::warn!(orphans, "reconciling jobs a previous process left running");
     }
+    engine.start_replica();
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)

@@ -66,7 +66,10 @@ fn a_bad_log_filter_is_a_configuration_error() {
 #[test]
 fn a_database_url_that_is_not_postgres_is_refused_with_its_password_masked() {
     let dir = workdir("dburl");
-    let out = run(&dir, &[("DATABASE_URL", "mysql://pvedeck:hunter2@db/pvedeck")]);
+    let out = run(
+        &dir,
+        &[("DATABASE_URL", "mysql://pvedeck:hunter2@db/pvedeck")],
+    );
     assert_eq!(
         refused(&out),
         "DATABASE_URL=mysql://pvedeck:***@db/pvedeck is not a postgres:// URL"
@@ -92,5 +95,8 @@ fn an_unreachable_database_stops_the_server_with_exit_code_2_and_no_password() {
         "{stderr}"
     );
     let all = format!("{stderr}{}", String::from_utf8_lossy(&out.stdout));
-    assert!(!all.contains("hunter2"), "the password is never shown: {all}");
+    assert!(
+        !all.contains("hunter2"),
+        "the password is never shown: {all}"
+    );
 }

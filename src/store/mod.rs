@@ -159,6 +159,43 @@ pub struct Orphan {
     pub task: Option<String>,
 }
 
+/// Who holds something while it runs (a job, a VMID being installed): a
+/// replica, until a time (ms) it renews while it lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub replica: String,
+    pub until: i64,
+}
+
+/// A running job taken over from whoever held it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    pub orphan: Orphan,
+    /// The replica that held it, if one did.
+    pub from: Option<String>,
+    /// When its lease ran out (ms), if it had one.
+    pub lapsed: Option<i64>,
+}
+
+/// What another pvedeck on the same database did, as it happens
+/// (PostgreSQL's `LISTEN`/`NOTIFY`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Job `job` has event `seq` stored.
+    Event { job: u64, seq: u64 },
+    /// Job `job` has ended.
+    Ended { job: u64 },
+    /// Users, tokens or owners changed.
+    People,
+    /// Replica `from` changed the cluster: snapshots read before are old.
+    Changed { from: String },
+    /// A session ended (logout, its user removed).
+    SessionClosed { hash: String },
+    /// Notices may have been missed (the listener reconnected, a reader
+    /// lagged): whoever relies on them reads again.
+    Resync,
+}
+
 /// Enums are stored as the words their JSON uses.
 fn word<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
@@ -187,6 +224,8 @@ fn job_enums(
 
 /// The job history and what VMs and templates proved to be.
 pub trait JobStore: Send + Sync {
+    /// A new running job, held under `lease` where replicas share the
+    /// store.
     fn create_job(
         &self,
         kind: JobKind,
@@ -194,7 +233,25 @@ pub trait JobStore: Send + Sync {
         title: &str,
         created: i64,
         owner: Option<&str>,
+        lease: Option<&Lease>,
     ) -> Result<u64, StoreError>;
+
+    /// Renews everything `lease.replica` holds (its running jobs, its
+    /// VMID reservations) until `lease.until`.
+    fn renew(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Takes the running jobs whose lease ran out before `now` (all
+    /// running jobs with `every`: one process on its own database, at
+    /// start-up) and holds them under `lease`. Each is taken by one
+    /// replica only.
+    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError>;
+
+    /// Holds `vmid` for an install under `lease`; `false` when a live
+    /// lease of another install holds it.
+    fn reserve_vmid(&self, vmid: u32, lease: &Lease, now: i64) -> Result<bool, StoreError>;
+
+    /// Lets `vmid` go (the install ended).
+    fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError>;
 
     fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError>;
 
@@ -263,8 +320,52 @@ pub trait JobStore: Send + Sync {
 }
 
 /// Everything pvedeck keeps.
-pub trait Store: JobStore + PeopleStore + AuditStore {
+pub trait Store: JobStore + PeopleStore + AuditStore + SessionStore {
     /// Which database this is, for the log and `/metrics`: `sqlite` or
     /// `postgres`.
     fn kind(&self) -> &'static str;
+
+    /// Whether other pvedeck processes may share it (then jobs are held
+    /// under leases and changes are announced).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// What the other processes on the store do, as it happens; `None`
+    /// where there are none.
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        None
+    }
+
+    /// Tells the others that replica `from` changed the cluster.
+    fn announce_change(&self, _from: &str) {}
+
+    /// Waits until no other replica holds `name`, then holds it until the
+    /// returned value is dropped: what one process serializes in memory
+    /// (one download of an image per node), replicas serialize here.
+    /// `None` where there are no others.
+    fn hold(&self, _name: &str) -> Holding {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// Something held across replicas, let go when dropped.
+pub type Held = Box<dyn Send + Sync>;
+
+/// The wait for a [`Store::hold`].
+pub type Holding =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<Held>, StoreError>> + Send>>;
+
+/// UI sessions, where replicas share them: by the SHA-256 of their id,
+/// never the id itself.
+pub trait SessionStore: Send + Sync {
+    /// Records a session: whose (`subject`, as the sessions module words
+    /// it) and when it ends (ms).
+    fn put_session(&self, hash: &str, subject: &str, expires: i64) -> Result<(), StoreError>;
+
+    /// A session's subject, if it has not ended by `now`.
+    fn session(&self, hash: &str, now: i64) -> Result<Option<(String, i64)>, StoreError>;
+
+    /// Ends a session, and tells the others.
+    fn close_session(&self, hash: &str) -> Result<(), StoreError>;
 }

@@ -53,14 +53,14 @@ fn pruning_removes_ended_jobs_older_than_the_cut_with_their_events() {
     on_both("prune", |open| {
         let store = open();
         let ended = store
-            .create_job(JobKind::Install, None, "old", 1, None)
+            .create_job(JobKind::Install, None, "old", 1, None, None)
             .unwrap();
         store.append(ended, 1, 2, &event("s", "m")).unwrap();
         store
             .finish(ended, JobState::Succeeded, 10, None, None)
             .unwrap();
         let running = store
-            .create_job(JobKind::Install, None, "runs", 1, None)
+            .create_job(JobKind::Install, None, "runs", 1, None, None)
             .unwrap();
         assert_eq!(store.prune(10).unwrap(), 0, "ended at 10: not before");
         assert_eq!(store.prune(11).unwrap(), 1);
@@ -82,6 +82,7 @@ fn jobs_and_events_survive_reopening() {
                     "install debian 12",
                     1,
                     Some("alice"),
+                    None,
                 )
                 .unwrap();
             let ev = StepEvent {
@@ -134,10 +135,10 @@ fn running_jobs_carry_their_stake_and_task_and_lists_come_newest_first() {
     on_both("running", |open| {
         let store = open();
         let a = store
-            .create_job(JobKind::Install, Some(7), "a", 1, Some("alice"))
+            .create_job(JobKind::Install, Some(7), "a", 1, Some("alice"), None)
             .unwrap();
         let b = store
-            .create_job(JobKind::Start, Some(8), "b", 2, Some("bob"))
+            .create_job(JobKind::Start, Some(8), "b", 2, Some("bob"), None)
             .unwrap();
         let stake = Stake {
             vmid: 107,
@@ -180,7 +181,7 @@ fn events_come_in_pages_in_order() {
     on_both("pages", |open| {
         let store = open();
         let id = store
-            .create_job(JobKind::Install, None, "long", 1, None)
+            .create_job(JobKind::Install, None, "long", 1, None, None)
             .unwrap();
         for seq in 1..=10 {
             store
@@ -440,7 +441,7 @@ fn a_postgres_schema_is_migrated_once_and_a_newer_one_is_refused() {
     assert_eq!(again.users().unwrap().len(), 1, "reopening keeps the rows");
     let db = url.rsplit('/').next().unwrap();
     let applied = pg.psql_in(db, "SELECT count(*) FROM schema_migrations");
-    assert_eq!(applied, "1");
+    assert_eq!(applied, "2", "both migrations, once each");
     pg.psql_in(
         db,
         "INSERT INTO schema_migrations VALUES (999, 'future', 0)",
@@ -449,4 +450,169 @@ fn a_postgres_schema_is_migrated_once_and_a_newer_one_is_refused() {
         panic!("a schema from a newer pvedeck was taken");
     };
     assert!(e.to_string().contains("version 999"), "{e}");
+}
+
+fn lease(replica: &str, until: i64) -> Lease {
+    Lease {
+        replica: replica.into(),
+        until,
+    }
+}
+
+#[test]
+fn a_lapsed_job_is_taken_over_once_and_a_held_one_is_not() {
+    on_both("takeover", |open| {
+        let store = open();
+        let held = store
+            .create_job(
+                JobKind::Install,
+                Some(101),
+                "held",
+                1,
+                None,
+                Some(&lease("a", 100)),
+            )
+            .unwrap();
+        let lapsed = store
+            .create_job(
+                JobKind::Install,
+                Some(102),
+                "lapsed",
+                1,
+                None,
+                Some(&lease("a", 10)),
+            )
+            .unwrap();
+        store.set_task(lapsed, Some("UPID:x")).unwrap();
+        let taken = store.take_over(&lease("b", 200), 50, false).unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].orphan.job.id, lapsed);
+        assert_eq!(taken[0].from.as_deref(), Some("a"));
+        assert_eq!(taken[0].lapsed, Some(10));
+        assert_eq!(taken[0].orphan.task.as_deref(), Some("UPID:x"));
+        assert!(
+            store
+                .take_over(&lease("c", 300), 60, false)
+                .unwrap()
+                .is_empty(),
+            "b holds it now, until 200"
+        );
+        store.renew(&lease("a", 400)).unwrap();
+        let everything = store.take_over(&lease("d", 500), 60, true).unwrap();
+        let ids: Vec<u64> = everything.iter().map(|t| t.orphan.job.id).collect();
+        assert_eq!(
+            ids,
+            [held, lapsed],
+            "at start-up of a lone process: every running job"
+        );
+    });
+}
+
+#[test]
+fn a_postgres_vmid_is_held_by_one_lease_at_a_time() {
+    let Some(pg) = Postgres::shared() else {
+        return;
+    };
+    let url = pg.database();
+    let a = open(Location::Postgres(&url)).unwrap();
+    let b = open(Location::Postgres(&url)).unwrap();
+    assert!(a.reserve_vmid(101, &lease("a", 100), 0).unwrap());
+    assert!(
+        !b.reserve_vmid(101, &lease("b", 100), 1).unwrap(),
+        "a holds it"
+    );
+    a.renew(&lease("a", 300)).unwrap();
+    assert!(
+        !b.reserve_vmid(101, &lease("b", 400), 200).unwrap(),
+        "renewed to 300"
+    );
+    assert!(
+        b.reserve_vmid(101, &lease("b", 400), 301).unwrap(),
+        "a's lease ran out"
+    );
+    // Released without waiting: b's next reservation of it shows it went.
+    b.release_vmid(101, "b").unwrap();
+    let released = (0..1000).any(|_| a.reserve_vmid(101, &lease("a", 500), 302).unwrap());
+    assert!(released);
+}
+
+#[test]
+fn a_postgres_session_is_read_by_every_store_and_closed_for_all() {
+    let Some(pg) = Postgres::shared() else {
+        return;
+    };
+    let url = pg.database();
+    let a = open(Location::Postgres(&url)).unwrap();
+    let b = open(Location::Postgres(&url)).unwrap();
+    let mut heard = b.notices().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The listener says it listens (a Resync) before anything is sent.
+    rt.block_on(async {
+        while heard.recv().await.unwrap() != Notice::Resync {}
+    });
+    let now = pvedeck_support::clock::now_ms();
+    a.put_session("h1", "user:alice", now + 60_000).unwrap();
+    assert_eq!(
+        b.session("h1", now).unwrap(),
+        Some(("user:alice".into(), now + 60_000))
+    );
+    assert_eq!(b.session("h1", now + 60_000).unwrap(), None, "ended then");
+    a.close_session("h1").unwrap();
+    assert_eq!(b.session("h1", now).unwrap(), None);
+    let closed = rt.block_on(async {
+        loop {
+            if let Notice::SessionClosed { hash } = heard.recv().await.unwrap()
+                && hash == "h1"
+            {
+                break hash;
+            }
+        }
+    });
+    assert_eq!(closed, "h1");
+}
+
+#[test]
+fn postgres_announces_events_ends_people_and_changes_to_the_others() {
+    let Some(pg) = Postgres::shared() else {
+        return;
+    };
+    let url = pg.database();
+    let a = open(Location::Postgres(&url)).unwrap();
+    let b = open(Location::Postgres(&url)).unwrap();
+    let mut heard = b.notices().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The listener says it listens (a Resync) before anything is sent.
+    rt.block_on(async { while heard.recv().await.unwrap() != Notice::Resync {} });
+    let job = a
+        .create_job(JobKind::Install, None, "j", 1, None, None)
+        .unwrap();
+    a.append(job, 1, 2, &event("s", "m")).unwrap();
+    a.finish(job, JobState::Succeeded, 3, None, None).unwrap();
+    a.add_user(&alice()).unwrap();
+    a.announce_change("replica-a");
+    let want = [
+        Notice::Event { job, seq: 1 },
+        Notice::Ended { job },
+        Notice::People,
+        Notice::Changed {
+            from: "replica-a".into(),
+        },
+    ];
+    let got: Vec<Notice> = rt.block_on(async {
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            match heard.recv().await.unwrap() {
+                Notice::Resync => {}
+                n => got.push(n),
+            }
+        }
+        got
+    });
+    assert_eq!(got, want);
 }

@@ -247,6 +247,10 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// `DATABASE_URL`: PostgreSQL instead of the embedded SQLite.
     pub database_url: Option<DatabaseUrl>,
+    /// `REPLICA_NAME`: unset means one is made at start-up.
+    pub replica_name: Option<String>,
+    /// `JOB_LEASE_SECS`: how long a replica holds what it does not renew.
+    pub job_lease: Duration,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
@@ -804,6 +808,28 @@ impl<'a> Vars<'a> {
         };
 
         let sites = self.sites()?;
+        let replica_name = match self.get("REPLICA_NAME") {
+            None => None,
+            Some(name)
+                if !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+            {
+                Some(name.to_string())
+            }
+            Some(name) => {
+                return Err(invalid(
+                    "REPLICA_NAME",
+                    name,
+                    "is not a name: letters, digits, '.', '_', '-', at most 64",
+                ));
+            }
+        };
+        let job_lease = Duration::from_secs(u64::from(
+            self.u32_in("JOB_LEASE_SECS", 3, 600)?.unwrap_or(15),
+        ));
         let defaults = JobLimits::default();
         let job_limits = JobLimits {
             max_relayed: self
@@ -897,6 +923,8 @@ impl<'a> Vars<'a> {
             trusted_proxies,
             tls,
             database_url,
+            replica_name,
+            job_lease,
             limits,
             vm_balloon_min_mb,
             vm_root_password,

@@ -552,6 +552,23 @@ pub const SETTINGS: &[Setting] = &[
          refused ([Security: bounds](security.md#bounds)).",
     ),
     s(
+        "REPLICA_NAME",
+        Jobs,
+        "the host name and a random suffix",
+        "This process's name among the pvedeck processes sharing `DATABASE_URL`: what its jobs \
+         and reservations are held under, and what a takeover names. Letters, digits, `.`, `_`, \
+         `-`, at most 64.",
+    ),
+    s(
+        "JOB_LEASE_SECS",
+        Jobs,
+        "`15`",
+        "With `DATABASE_URL`: how long a replica's running jobs and VMID reservations stay its \
+         own without renewal (renewed every third of it), 3–600 s. A replica that stops renewing \
+         (killed, cut off) has its jobs taken over by another once it lapses \
+         ([Operations: replicas](operations.md#replicas)).",
+    ),
+    s(
         "SHUTDOWN_GRACE_SECS",
         Jobs,
         "`60`",

@@ -3,9 +3,9 @@
 use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, StepStatus, VmOutcome};
 use tokio_postgres::Row;
 
-use super::{PgStore, get, get_u32, get_u64, int, opt_int, param};
+use super::{PgStore, Sql, get, get_u32, get_u64, int, opt_int, param};
 use crate::store::{
-    JobStore, Orphan, Stake, StoreError, TemplateBuilt, from_word, job_enums, word,
+    JobStore, Lease, Orphan, Stake, StoreError, Taken, TemplateBuilt, from_word, job_enums, word,
 };
 
 const JOB_COLUMNS: &str = "SELECT id, kind, vmid, state, title, created, finished, outcome, \
@@ -46,11 +46,12 @@ impl JobStore for PgStore {
         title: &str,
         created: i64,
         owner: Option<&str>,
+        lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         let row = self
             .query_one(
-                "INSERT INTO jobs (kind, vmid, state, title, created, owner)
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 vec![
                     param(word(&kind)),
                     opt_int(vmid),
@@ -58,10 +59,97 @@ impl JobStore for PgStore {
                     param(title.to_string()),
                     param(created),
                     param(owner.map(str::to_string)),
+                    param(lease.map(|l| l.replica.clone())),
+                    param(lease.map(|l| l.until)),
                 ],
             )?
             .ok_or_else(|| StoreError::Postgres("a new job got no id".to_string()))?;
         get_u64(&row, "id")
+    }
+
+    fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
+        let replica = || param(lease.replica.clone());
+        self.transaction(vec![
+            (
+                Sql::from(
+                    "UPDATE jobs SET lease_until = $2 WHERE replica = $1 AND state = 'running'",
+                ),
+                vec![replica(), param(lease.until)],
+            ),
+            (
+                Sql::from("UPDATE vmid_reservations SET until = $2 WHERE replica = $1"),
+                vec![replica(), param(lease.until)],
+            ),
+        ])?;
+        Ok(())
+    }
+
+    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError> {
+        // SKIP LOCKED: replicas sweeping at once each take other jobs.
+        let rows = self.query(
+            "WITH lapsed AS (
+                 SELECT id, replica AS previous, lease_until AS lapsed FROM jobs
+                 WHERE state = 'running' AND ($3 OR lease_until IS NULL OR lease_until < $2)
+                 ORDER BY id FOR UPDATE SKIP LOCKED
+             )
+             UPDATE jobs SET replica = $1, lease_until = $4 FROM lapsed
+             WHERE jobs.id = lapsed.id
+             RETURNING jobs.id, jobs.kind, jobs.vmid, jobs.state, jobs.title, jobs.created,
+                 jobs.finished, jobs.outcome, jobs.failed_step, jobs.owner, jobs.node,
+                 jobs.on_stop, jobs.task, lapsed.previous, lapsed.lapsed",
+            vec![
+                param(lease.replica.clone()),
+                param(now),
+                param(every),
+                param(lease.until),
+            ],
+        )?;
+        let mut taken = rows
+            .iter()
+            .map(|row| {
+                let job = job_from_row(row)?;
+                let on_stop: Option<String> = get(row, "on_stop")?;
+                let stake = Stake::from_columns(job.vmid, get(row, "node")?, on_stop.as_deref());
+                Ok(Taken {
+                    orphan: Orphan {
+                        job,
+                        stake,
+                        task: get(row, "task")?,
+                    },
+                    from: get(row, "previous")?,
+                    lapsed: get(row, "lapsed")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        taken.sort_by_key(|t| t.orphan.job.id);
+        Ok(taken)
+    }
+
+    fn reserve_vmid(&self, vmid: u32, lease: &Lease, now: i64) -> Result<bool, StoreError> {
+        // Inserted, or taken from a lease that ran out: a row comes back.
+        let got = self.query(
+            "INSERT INTO vmid_reservations (vmid, replica, until) VALUES ($1, $2, $3)
+             ON CONFLICT (vmid) DO UPDATE SET replica = EXCLUDED.replica,
+                 until = EXCLUDED.until
+             WHERE vmid_reservations.until < $4
+             RETURNING vmid",
+            vec![
+                int(vmid),
+                param(lease.replica.clone()),
+                param(lease.until),
+                param(now),
+            ],
+        )?;
+        Ok(!got.is_empty())
+    }
+
+    fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError> {
+        // From a reservation's drop: the caller does not wait.
+        self.fire(
+            "DELETE FROM vmid_reservations WHERE vmid = $1 AND replica = $2",
+            vec![int(vmid), param(replica.to_string())],
+        );
+        Ok(())
     }
 
     fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError> {

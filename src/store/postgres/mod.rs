@@ -16,6 +16,7 @@
 mod accounts;
 mod audit;
 mod jobs;
+mod sessions;
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -27,11 +28,25 @@ use pvedeck_config::mask_password;
 use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{NoTls, Row};
 
-use super::{Store, StoreError};
+use super::{Held, Holding, Notice, Store, StoreError};
 
 /// The schema's versions, in order: (version, name, SQL).
-const MIGRATIONS: [(i32, &str, &str); 1] =
-    [(1, "initial", include_str!("migrations/0001_initial.sql"))];
+const MIGRATIONS: [(i32, &str, &str); 2] = [
+    (1, "initial", include_str!("migrations/0001_initial.sql")),
+    (2, "replicas", include_str!("migrations/0002_replicas.sql")),
+];
+
+/// The channels the listener hears (`migrations/0002_replicas.sql`, and
+/// `pvedeck_changed`, which replicas send themselves).
+const CHANNELS: &str = "LISTEN pvedeck_events; LISTEN pvedeck_jobs; LISTEN pvedeck_people; \
+                        LISTEN pvedeck_changed; LISTEN pvedeck_sessions";
+
+/// Notices held for a slow reader before it must read again (`Resync`).
+const NOTICES: usize = 4096;
+
+/// How long the listener waits before connecting again after losing the
+/// server.
+const RELISTEN: Duration = Duration::from_secs(1);
 
 /// Any fixed number: the advisory lock the migrations are applied under.
 const MIGRATION_LOCK: i64 = 0x7076_6564_6563_6b31;
@@ -63,6 +78,7 @@ type Sql = Cow<'static, str>;
 
 pub struct PgStore {
     pool: Pool,
+    notices: tokio::sync::broadcast::Sender<Notice>,
     /// `None` once dropped: the runtime is let go without waiting.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -153,15 +169,43 @@ impl PgStore {
                 .build()
                 .map_err(|e| refused(e.to_string()))?
         };
+        let (notices, _) = tokio::sync::broadcast::channel(NOTICES);
         let store = PgStore {
             pool,
+            notices,
             runtime: Some(runtime),
         };
         store.migrate().map_err(|e| match e {
             StoreError::Unavailable(why) | StoreError::Postgres(why) => refused(why),
             other => other,
         })?;
+        if let Some(runtime) = &store.runtime {
+            // It ends with the runtime, when the store is dropped.
+            runtime.spawn(listen(url.to_string(), store.notices.clone()));
+        }
         Ok(store)
+    }
+
+    /// Runs `sql` without waiting for it (an announcement, a release):
+    /// a failure is logged.
+    pub(super) fn fire(&self, sql: &'static str, params: Vec<Param>) {
+        let Some(runtime) = &self.runtime else {
+            return;
+        };
+        let pool = self.pool.clone();
+        runtime.spawn(async move {
+            let done = async {
+                let client = pool.get().await.map_err(pool_error)?;
+                let refs: Vec<&(dyn ToSql + Sync)> = params
+                    .iter()
+                    .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                    .collect();
+                client.execute(sql, &refs).await.map_err(sql_error)
+            };
+            if let Err(e) = done.await {
+                tracing::warn!("database: {e}");
+            }
+        });
     }
 
     /// Runs `work` on the store's runtime and waits for it here.
@@ -294,4 +338,177 @@ impl Store for PgStore {
     fn kind(&self) -> &'static str {
         "postgres"
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        Some(self.notices.subscribe())
+    }
+
+    /// Waits for the notice's commit: the others have it before this
+    /// replica answers the request that made the change.
+    fn announce_change(&self, from: &str) {
+        if let Err(e) = self.execute(
+            "SELECT pg_notify('pvedeck_changed', $1)",
+            vec![param(from.to_string())],
+        ) {
+            tracing::warn!("cannot tell the other replicas of a change: {e}");
+        }
+    }
+
+    /// A session-level advisory lock on a connection of its own, kept out
+    /// of the pool until the hold is dropped.
+    fn hold(&self, name: &str) -> Holding {
+        let Some(runtime) = &self.runtime else {
+            return Box::pin(async {
+                Err(StoreError::Task("the database runtime has stopped".into()))
+            });
+        };
+        let (pool, name, handle) = (
+            self.pool.clone(),
+            name.to_string(),
+            runtime.handle().clone(),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let key = name.clone();
+        runtime.spawn(async move {
+            let locked = async {
+                let client = pool.get().await.map_err(pool_error)?;
+                client
+                    .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
+                    .await
+                    .map_err(sql_error)?;
+                Ok::<_, StoreError>(client)
+            }
+            .await;
+            if let Err(Ok(client)) = tx.send(locked) {
+                // No one waits for it any more: let go at once, or the
+                // pooled connection would keep the lock.
+                unlock(client, &key).await;
+            }
+        });
+        Box::pin(async move {
+            let client = rx
+                .await
+                .map_err(|_| StoreError::Task("the database runtime has stopped".into()))??;
+            Ok(Some(Box::new(PgHold {
+                client: Some(client),
+                name,
+                handle,
+            }) as Held))
+        })
+    }
+}
+
+async fn unlock(client: deadpool_postgres::Object, name: &str) {
+    if let Err(e) = client
+        .execute(
+            "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+            &[&name],
+        )
+        .await
+    {
+        // The connection goes with its locks if it cannot say so.
+        tracing::warn!("cannot let go of {name}: {}", sql_error(e));
+        drop(deadpool_postgres::Object::take(client));
+    }
+}
+
+/// An advisory lock held; let go (on the store's runtime) when dropped.
+struct PgHold {
+    client: Option<deadpool_postgres::Object>,
+    name: String,
+    handle: tokio::runtime::Handle,
+}
+
+impl Drop for PgHold {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let name = std::mem::take(&mut self.name);
+            self.handle
+                .spawn(async move { unlock(client, &name).await });
+        }
+    }
+}
+
+/// A notification as a [`Notice`]; `None` for one this version does not
+/// know.
+fn notice(channel: &str, payload: &str) -> Option<Notice> {
+    let mut words = payload.split(' ');
+    let mut number = || words.next().and_then(|w| w.parse::<u64>().ok());
+    Some(match channel {
+        "pvedeck_events" => Notice::Event {
+            job: number()?,
+            seq: number()?,
+        },
+        "pvedeck_jobs" => Notice::Ended { job: number()? },
+        "pvedeck_people" => Notice::People,
+        "pvedeck_changed" => Notice::Changed {
+            from: payload.to_string(),
+        },
+        "pvedeck_sessions" => Notice::SessionClosed {
+            hash: payload.to_string(),
+        },
+        _ => return None,
+    })
+}
+
+/// Listens on its own connection (a pooled one would be recycled) for as
+/// long as the store lives, connecting again when the server goes away;
+/// after each (re)connection a `Resync`, since notices sent meanwhile are
+/// lost.
+async fn listen(url: String, notices: tokio::sync::broadcast::Sender<Notice>) {
+    loop {
+        if let Err(e) = listen_once(&url, &notices).await {
+            tracing::warn!("database listener: {}", sql_error(e));
+        }
+        tokio::time::sleep(RELISTEN).await;
+    }
+}
+
+async fn listen_once(
+    url: &str,
+    notices: &tokio::sync::broadcast::Sender<Notice>,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
+            match message {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    let heard = (n.channel().to_string(), n.payload().to_string());
+                    if tx.send(Ok(heard)).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    if let Err(e) = client.batch_execute(CHANNELS).await {
+        driver.abort();
+        return Err(e);
+    }
+    let _ = notices.send(Notice::Resync);
+    let ended = loop {
+        match rx.recv().await {
+            Some(Ok((channel, payload))) => {
+                if let Some(n) = notice(&channel, &payload) {
+                    let _ = notices.send(n);
+                }
+            }
+            Some(Err(e)) => break Err(e),
+            None => break Ok(()),
+        }
+    };
+    driver.abort();
+    drop(client);
+    ended
 }

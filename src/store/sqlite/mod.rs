@@ -14,7 +14,8 @@ use pvedeck_support::sync::lock;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    JobStore, Orphan, Stake, Store, StoreError, TemplateBuilt, from_word, job_enums, word,
+    JobStore, Lease, Orphan, SessionStore, Stake, Store, StoreError, Taken, TemplateBuilt,
+    from_word, job_enums, word,
 };
 
 pub struct SqliteStore {
@@ -95,12 +96,15 @@ CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
 /// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
 /// `jobs.task`: the Proxmox task (UPID) the job waits on, if any.
 /// `jobs.owner`: the user who started it.
-const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+/// `jobs.replica`/`jobs.lease_until`: who held a running job, until when.
+const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("events", "host_key", "TEXT"),
     ("jobs", "node", "TEXT"),
     ("jobs", "on_stop", "TEXT"),
     ("jobs", "task", "TEXT"),
     ("jobs", "owner", "TEXT"),
+    ("jobs", "replica", "TEXT"),
+    ("jobs", "lease_until", "INTEGER"),
 ];
 
 fn job_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
@@ -176,21 +180,73 @@ impl JobStore for SqliteStore {
         title: &str,
         created: i64,
         owner: Option<&str>,
+        lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO jobs (kind, vmid, state, title, created, owner)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 word(&kind),
                 vmid,
                 word(&JobState::Running),
                 title,
                 created,
-                owner
+                owner,
+                lease.map(|l| l.replica.as_str()),
+                lease.map(|l| l.until)
             ],
         )?;
         Ok(conn.last_insert_rowid() as u64)
+    }
+
+    /// One process owns the file: nothing to renew.
+    fn renew(&self, _lease: &Lease) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let taken: Vec<Taken> = {
+            let mut stmt = tx.prepare(
+                "SELECT * FROM jobs WHERE state = ?1
+                 AND (?2 OR lease_until IS NULL OR lease_until < ?3) ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![word(&JobState::Running), every, now], |row| {
+                let job = job_from_row(row)?;
+                let node: Option<String> = row.get("node")?;
+                let on_stop: Option<String> = row.get("on_stop")?;
+                let stake = Stake::from_columns(job.vmid, node, on_stop.as_deref());
+                Ok(Taken {
+                    orphan: Orphan {
+                        job,
+                        stake,
+                        task: row.get("task")?,
+                    },
+                    from: row.get("replica")?,
+                    lapsed: row.get("lease_until")?,
+                })
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for t in &taken {
+            tx.execute(
+                "UPDATE jobs SET replica = ?2, lease_until = ?3 WHERE id = ?1",
+                params![t.orphan.job.id, lease.replica, lease.until],
+            )?;
+        }
+        tx.commit()?;
+        Ok(taken)
+    }
+
+    /// One process: the allocator's own set is every reservation there is.
+    fn reserve_vmid(&self, _vmid: u32, _lease: &Lease, _now: i64) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    fn release_vmid(&self, _vmid: u32, _replica: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 
     fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError> {
@@ -406,6 +462,22 @@ impl JobStore for SqliteStore {
             [id],
             |row| row.get(0),
         )?)
+    }
+}
+
+/// Sessions stay in the one process's memory (a restart logs everyone out,
+/// as before): nothing is written here.
+impl SessionStore for SqliteStore {
+    fn put_session(&self, _hash: &str, _subject: &str, _expires: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn session(&self, _hash: &str, _now: i64) -> Result<Option<(String, i64)>, StoreError> {
+        Ok(None)
+    }
+
+    fn close_session(&self, _hash: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
