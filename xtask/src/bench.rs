@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod replicas;
+
 use crate::e2e::{Server, start_server};
 use crate::http::{self, Response};
 use crate::run::{Failed, output, step};
@@ -40,7 +42,7 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
     // `cargo xtask bench list-api large`: only those; none named, all.
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     type Bench = fn(&Path, &Path, &mut Vec<Figure>) -> Result<(), Failed>;
-    let benches: [(&str, &str, Bench); 10] = [
+    let benches: [(&str, &str, Bench); 11] = [
         (
             "list-sim",
             "list under load, simulated cluster in-process",
@@ -74,6 +76,11 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
             "signin",
             "OpenID Connect sign-in against the test provider",
             sign_in,
+        ),
+        (
+            "replicas",
+            "replicas on one PostgreSQL: installs, list, follow, kill -9",
+            replicas::replicas,
         ),
     ];
     for (name, title, bench) in benches {
