@@ -4,14 +4,13 @@
 //! what they did, and exit 2 with the reason on a refusal.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use clap::Subcommand;
 use pvedeck_domain::account::{Quota, Role};
 use pvedeck_support::clock::now_ms;
 
 use crate::engine::accounts::{self, AccountError, By};
-use crate::store::Store;
+use crate::store::Location;
 
 #[derive(Debug, Subcommand)]
 pub enum Admin {
@@ -78,9 +77,11 @@ pub struct Printed {
     pub err: String,
 }
 
-/// Runs a command on the database in `data_dir`.
-pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
-    let store = Store::open(&data_dir.join("pvedeck.db"))?;
+/// Runs a command on the store at `location` (`DATABASE_URL`, or the
+/// SQLite file in `DATA_DIR`).
+pub fn run(location: Location<'_>, command: Admin) -> Result<Printed, AccountError> {
+    let store = crate::store::open(location)?;
+    let store = store.as_ref();
     let by = By::command();
     let now = now_ms();
     let mut printed = Printed::default();
@@ -91,7 +92,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
             groups,
         }) => {
             let role = if admin { Role::Admin } else { Role::User };
-            let user = accounts::add_user(&store, &by, &name, role, &groups, now)?;
+            let user = accounts::add_user(store, &by, &name, role, &groups, now)?;
             let groups = match user.groups.as_slice() {
                 [] => String::new(),
                 g => format!(", groups {}", g.join(", ")),
@@ -120,7 +121,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
             printed.out = out;
         }
         Admin::User(UserCommand::Remove { name }) => {
-            accounts::remove_user(&store, &by, &name, now)?;
+            accounts::remove_user(store, &by, &name, now)?;
             printed.out = format!("user {name} removed, with their tokens\n");
         }
         Admin::User(UserCommand::Quota { name, quota }) => {
@@ -128,7 +129,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
                 "default" => None,
                 text => Some(Quota::parse(text).map_err(AccountError::Bad)?),
             };
-            accounts::set_quota(&store, &by, &name, quota, now)?;
+            accounts::set_quota(store, &by, &name, quota, now)?;
             printed.out = match quota {
                 Some(q) => format!("user {name}: quota {}\n", q.text()),
                 None => format!("user {name}: own quota cleared (group or default applies)\n"),
@@ -140,7 +141,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
             name,
         }) => {
             let (token, info) =
-                accounts::create_token(&store, &by, &user, &name, expires_days, now)?;
+                accounts::create_token(store, &by, &user, &name, expires_days, now)?;
             printed.out = format!("{token}\n");
             let expiry = info.expires.map_or_else(
                 || "does not expire".to_string(),
@@ -149,7 +150,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
             printed.err = format!("token {} created for {user}, {expiry}\n", info.id);
         }
         Admin::Token(TokenCommand::Revoke { id }) => {
-            let user = accounts::revoke_token(&store, &by, &id, now)?;
+            let user = accounts::revoke_token(store, &by, &id, now)?;
             printed.out = format!("token {id} of {user} revoked\n");
         }
         Admin::Vm(VmCommand::Assign { vmid, user }) => {
@@ -158,7 +159,7 @@ pub fn run(data_dir: &Path, command: Admin) -> Result<Printed, AccountError> {
                     "invalid VM id '{vmid}': a VMID is a number from 100"
                 )));
             }
-            accounts::assign(&store, &by, vmid, &user, now)?;
+            accounts::assign(store, &by, vmid, &user, now)?;
             printed.out = format!("VM {vmid} assigned to {user}\n");
         }
     }
@@ -173,8 +174,10 @@ mod tests {
     fn commands_print_what_they_did_and_refuse_with_a_reason() {
         let dir = std::env::temp_dir().join(format!("pvedeck-admin-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        let db = dir.join("pvedeck.db");
+        let dir = Location::Sqlite(&db);
         let added = run(
-            &dir,
+            dir.clone(),
             Admin::User(UserCommand::Add {
                 name: "alice".into(),
                 admin: false,
@@ -184,7 +187,7 @@ mod tests {
         .unwrap();
         assert_eq!(added.out, "user alice added: user, groups dev\n");
         let again = run(
-            &dir,
+            dir.clone(),
             Admin::User(UserCommand::Add {
                 name: "alice".into(),
                 admin: true,
@@ -196,7 +199,7 @@ mod tests {
             Err("user 'alice' already exists".to_string())
         );
         let quota = run(
-            &dir,
+            dir.clone(),
             Admin::User(UserCommand::Quota {
                 name: "alice".into(),
                 quota: "vms=2,cpus=3".into(),
@@ -209,7 +212,7 @@ mod tests {
                 .contains("'cpus' is not a measure")
         );
         let token = run(
-            &dir,
+            dir.clone(),
             Admin::Token(TokenCommand::Create {
                 user: "alice".into(),
                 expires_days: Some(7),
@@ -223,14 +226,14 @@ mod tests {
             token.err.contains("created for alice, expires"),
             "{token:?}"
         );
-        let listed = run(&dir, Admin::User(UserCommand::List)).unwrap();
+        let listed = run(dir.clone(), Admin::User(UserCommand::List)).unwrap();
         assert!(
             listed.out.contains("alice\tuser\tdev\t-\tlocal\t1"),
             "{}",
             listed.out
         );
         let assign = run(
-            &dir,
+            dir.clone(),
             Admin::Vm(VmCommand::Assign {
                 vmid: 101,
                 user: "bob".into(),

@@ -26,14 +26,34 @@ struct Args {
     admin: Option<pvedeck::admin::Admin>,
 }
 
-/// An admin command on `DATA_DIR` (default `./data`): what it did, or the
+/// An admin command on `DATABASE_URL` or `DATA_DIR` (default `./data`): what it did, or the
 /// reason it refused (exit 2).
 fn admin(command: pvedeck::admin::Admin) -> ExitCode {
     let data_dir = std::env::var("DATA_DIR")
         .ok()
         .filter(|d| !d.trim().is_empty())
         .unwrap_or_else(|| "./data".to_string());
-    match pvedeck::admin::run(std::path::Path::new(&data_dir), command) {
+    let database_url = match std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .map(|u| pvedeck_config::DatabaseUrl::parse(u.trim()).map_err(|why| (u, why)))
+        .transpose()
+    {
+        Ok(url) => url,
+        Err((url, why)) => {
+            eprintln!(
+                "pvedeck: DATABASE_URL={} {why}",
+                pvedeck_config::mask_password(&url)
+            );
+            return ExitCode::from(BAD_CONFIG);
+        }
+    };
+    let sqlite = std::path::Path::new(&data_dir).join("pvedeck.db");
+    let location = match &database_url {
+        Some(url) => pvedeck::store::Location::Postgres(url.expose()),
+        None => pvedeck::store::Location::Sqlite(&sqlite),
+    };
+    match pvedeck::admin::run(location, command) {
         Ok(printed) => {
             print!("{}", printed.out);
             eprint!("{}", printed.err);
@@ -87,7 +107,11 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("{e}");
-            ExitCode::FAILURE
+            if e.is_bad_config() {
+                ExitCode::from(BAD_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -56,6 +56,46 @@ pub enum StartError {
     Tls(#[from] crate::tls::TlsError),
 }
 
+/// A replica's name when `REPLICA_NAME` is unset: the host's, and a random
+/// suffix so that two processes on one host (or a restart within a lease)
+/// are two replicas.
+fn replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                .take(48)
+                .collect::<String>()
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "pvedeck".to_string());
+    let mut suffix = [0u8; 3];
+    if getrandom::fill(&mut suffix).is_err() {
+        // No randomness: the process id still tells two processes apart.
+        return format!("{host}-{}", std::process::id());
+    }
+    format!(
+        "{host}-{}",
+        suffix
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
+impl StartError {
+    /// A setting that cannot work (exit 2, as a bad value does), rather
+    /// than a failure while serving.
+    pub fn is_bad_config(&self) -> bool {
+        matches!(
+            self,
+            StartError::Store(crate::store::StoreError::Connect { .. })
+        )
+    }
+}
+
 pub fn init_tracing(filter: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
     tracing_subscriber::fmt()
@@ -169,7 +209,27 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             (Arc::new(backend), Arc::new(web), Clock::real(), None)
         }
     };
-    let jobs = Jobs::open_with(&config.data_dir.join("pvedeck.db"), config.job_limits)?;
+    let sqlite = config.data_dir.join("pvedeck.db");
+    let store = crate::store::open(match &config.database_url {
+        Some(url) => crate::store::Location::Postgres(url.expose()),
+        None => crate::store::Location::Sqlite(&sqlite),
+    })?;
+    match &config.database_url {
+        Some(url) => tracing::info!(database = %url, "store: PostgreSQL"),
+        None => tracing::info!(database = %sqlite.display(), "store: SQLite"),
+    }
+    let replica = crate::jobs::Replica {
+        name: config.replica_name.clone().unwrap_or_else(replica_name),
+        lease: config.job_lease,
+    };
+    if store.shared() {
+        tracing::info!(
+            replica = replica.name,
+            lease_secs = replica.lease.as_secs(),
+            "replica"
+        );
+    }
+    let jobs = Jobs::on_store(store, config.job_limits, replica)?;
     let directory = Arc::new(crate::engine::directory::Directory::open(
         jobs.store().clone(),
     )?);
@@ -205,6 +265,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     if orphans > 0 {
         tracing::warn!(orphans, "reconciling jobs a previous process left running");
     }
+    engine.start_replica();
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)

@@ -62,3 +62,41 @@ fn a_bad_log_filter_is_a_configuration_error() {
     let out = run(&dir, &[("RUST_LOG", "info,[")]);
     assert!(refused(&out).starts_with("RUST_LOG=info,[ is not a tracing filter"));
 }
+
+#[test]
+fn a_database_url_that_is_not_postgres_is_refused_with_its_password_masked() {
+    let dir = workdir("dburl");
+    let out = run(
+        &dir,
+        &[("DATABASE_URL", "mysql://pvedeck:hunter2@db/pvedeck")],
+    );
+    assert_eq!(
+        refused(&out),
+        "DATABASE_URL=mysql://pvedeck:***@db/pvedeck is not a postgres:// URL"
+    );
+}
+
+#[test]
+fn an_unreachable_database_stops_the_server_with_exit_code_2_and_no_password() {
+    let dir = workdir("dbdown");
+    // A loopback port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://pvedeck:hunter2@127.0.0.1:{port}/pvedeck");
+    let out = run(&dir, &[("DATABASE_URL", &url), ("PORT", "0")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "DATABASE_URL=postgres://pvedeck:***@127.0.0.1:{port}/pvedeck"
+        )),
+        "{stderr}"
+    );
+    let all = format!("{stderr}{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !all.contains("hunter2"),
+        "the password is never shown: {all}"
+    );
+}

@@ -245,7 +245,8 @@ async fn a_fresh_database_reads_owners_back_from_the_vms_notes() {
         install_as(&server, &alice, "noted").await.1
     };
     // The owners forgotten, as in a database made anew.
-    let store = pvedeck::store::Store::open(&data.join("pvedeck.db")).unwrap();
+    let store =
+        pvedeck::store::open(pvedeck::store::Location::Sqlite(&data.join("pvedeck.db"))).unwrap();
     store.remove_owner(u32::try_from(vmid).unwrap()).unwrap();
     assert!(store.owners().unwrap().is_empty());
     drop(store);
@@ -336,10 +337,12 @@ async fn reads_need_sign_in_and_tokens_revoked_or_expired_are_refused() {
     let alice = user_with_token(&data, "alice");
     // A token that expired yesterday.
     let expired = {
-        let store = pvedeck::store::Store::open(&data.join("pvedeck.db")).unwrap();
+        let store =
+            pvedeck::store::open(pvedeck::store::Location::Sqlite(&data.join("pvedeck.db")))
+                .unwrap();
         let two_days_ago = pvedeck_support::clock::now_ms() - 2 * 86_400_000;
         pvedeck::engine::accounts::create_token(
-            &store,
+            store.as_ref(),
             &pvedeck::engine::accounts::By::command(),
             "alice",
             "old",

@@ -43,6 +43,8 @@ pub fn status_of(e: &EngineError) -> (StatusCode, String) {
         EngineError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         EngineError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
         EngineError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        // PostgreSQL out of reach: try again later, nothing was done.
+        EngineError::Store(store) if store.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
         EngineError::Pve(PveError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
         EngineError::Pve(_) | EngineError::Store(_) | EngineError::Internal(_) => {
             StatusCode::INTERNAL_SERVER_ERROR

@@ -55,7 +55,7 @@ impl By {
 
 /// Records a change in the audit log. An entry that cannot be written is
 /// told in the server's log and does not undo the change.
-pub fn audit(store: &Store, by: &By, at: i64, action: &str, target: &str, outcome: &str) {
+pub fn audit(store: &dyn Store, by: &By, at: i64, action: &str, target: &str, outcome: &str) {
     let entry = AuditEntry {
         id: 0,
         at,
@@ -94,7 +94,7 @@ pub fn check_groups(groups: &[String]) -> Result<Vec<String>, AccountError> {
 }
 
 pub fn add_user(
-    store: &Store,
+    store: &dyn Store,
     by: &By,
     name: &str,
     role: Role,
@@ -124,7 +124,7 @@ pub fn add_user(
     Ok(user)
 }
 
-pub fn remove_user(store: &Store, by: &By, name: &str, now: i64) -> Result<(), AccountError> {
+pub fn remove_user(store: &dyn Store, by: &By, name: &str, now: i64) -> Result<(), AccountError> {
     if !store.remove_user(name)? {
         return Err(AccountError::NoSuchUser(name.to_string()));
     }
@@ -134,7 +134,7 @@ pub fn remove_user(store: &Store, by: &By, name: &str, now: i64) -> Result<(), A
 
 /// Sets a user's own quota (`None`: theirs is their groups' or the default).
 pub fn set_quota(
-    store: &Store,
+    store: &dyn Store,
     by: &By,
     name: &str,
     quota: Option<Quota>,
@@ -175,7 +175,7 @@ pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
 /// A new personal token for `user`: the token itself (shown once, never
 /// kept) and what is kept of it.
 pub fn create_token(
-    store: &Store,
+    store: &dyn Store,
     by: &By,
     user: &str,
     name: &str,
@@ -229,7 +229,12 @@ pub fn create_token(
 }
 
 /// Revokes a token; whose it was.
-pub fn revoke_token(store: &Store, by: &By, id: &str, now: i64) -> Result<String, AccountError> {
+pub fn revoke_token(
+    store: &dyn Store,
+    by: &By,
+    id: &str,
+    now: i64,
+) -> Result<String, AccountError> {
     let user = store
         .revoke_token(id)?
         .ok_or_else(|| AccountError::NoSuchToken(id.to_string()))?;
@@ -246,7 +251,13 @@ pub fn revoke_token(store: &Store, by: &By, id: &str, now: i64) -> Result<String
 
 /// Gives a VM to a user. Whether the VM exists is the caller's to know
 /// (the admin command may run without a cluster).
-pub fn assign(store: &Store, by: &By, vmid: u32, user: &str, now: i64) -> Result<(), AccountError> {
+pub fn assign(
+    store: &dyn Store,
+    by: &By,
+    vmid: u32,
+    user: &str,
+    now: i64,
+) -> Result<(), AccountError> {
     if store.user(user)?.is_none() {
         return Err(AccountError::NoSuchUser(user.to_string()));
     }
@@ -265,12 +276,13 @@ pub fn assign(store: &Store, by: &By, vmid: u32, user: &str, now: i64) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{AuditStore, PeopleStore};
 
     #[test]
     fn a_token_is_shown_once_kept_hashed_and_revoked_by_id() {
         let dir = std::env::temp_dir().join(format!("pvedeck-acct-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("pvedeck.db")).unwrap();
+        let store = crate::store::sqlite::SqliteStore::open(&dir.join("pvedeck.db")).unwrap();
         let by = By::command();
         assert!(matches!(
             add_user(&store, &by, "-x", Role::User, &[], 1),

@@ -17,6 +17,7 @@ use pvedeck_support::sync::lock;
 
 use super::EngineError;
 use super::report::one_line;
+use crate::jobs::Jobs;
 
 /// Why no id could be found.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,9 @@ pub struct Allocator {
     reserved: BTreeMap<u32, String>,
     /// Ids held by running installs.
     taken: Mutex<BTreeSet<u32>>,
+    /// Where replicas share a store: the ids held by every replica's
+    /// installs, by lease.
+    shared: Option<Arc<Jobs>>,
 }
 
 /// How long an allocation waits for its address probe. A host on the VMs'
@@ -83,6 +87,9 @@ pub struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.allocator.taken().remove(&self.vmid);
+        if let Some(jobs) = &self.allocator.shared {
+            jobs.release_vmid(self.vmid);
+        }
     }
 }
 
@@ -93,6 +100,27 @@ impl Allocator {
             range: u32::from(config.assign_ip_start)..=u32::from(config.assign_ip_end),
             reserved: config.reserved.clone(),
             taken: Mutex::new(BTreeSet::new()),
+            shared: None,
+        }
+    }
+
+    /// Reserves ids in `jobs`' store too, when replicas share it: an id
+    /// one replica's install holds, no other replica's install gets.
+    pub fn shared(mut self, jobs: Arc<Jobs>) -> Allocator {
+        if jobs.store().shared() {
+            self.shared = Some(jobs);
+        }
+        self
+    }
+
+    /// Whether the other replicas let this one hold `vmid` (always, alone).
+    fn hold_shared(&self, vmid: u32) -> bool {
+        match &self.shared {
+            None => true,
+            Some(jobs) => jobs.reserve_vmid(vmid).unwrap_or_else(|e| {
+                tracing::warn!(vmid, "cannot reserve the VMID in the database: {e}");
+                false
+            }),
         }
     }
 
@@ -127,7 +155,12 @@ impl Allocator {
 
     /// Reserves `vmid` if no other install holds it.
     fn reserve(self: &Arc<Self>, vmid: u32) -> Option<Reservation> {
-        self.taken().insert(vmid).then(|| Reservation {
+        let mut taken = self.taken();
+        if taken.contains(&vmid) || !self.hold_shared(vmid) {
+            return None;
+        }
+        taken.insert(vmid);
+        Some(Reservation {
             vmid,
             allocator: self.clone(),
         })
@@ -139,7 +172,9 @@ impl Allocator {
         candidates: impl IntoIterator<Item = u32>,
     ) -> Option<Reservation> {
         let mut taken = self.taken();
-        let vmid = candidates.into_iter().find(|id| !taken.contains(id))?;
+        let vmid = candidates
+            .into_iter()
+            .find(|id| !taken.contains(id) && self.hold_shared(*id))?;
         taken.insert(vmid);
         Some(Reservation {
             vmid,

@@ -34,7 +34,7 @@ pub struct People {
 }
 
 pub struct Directory {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     people: RwLock<Arc<People>>,
     generation: AtomicU64,
     seen_version: AtomicI64,
@@ -43,7 +43,7 @@ pub struct Directory {
 }
 
 impl Directory {
-    pub fn open(store: Arc<Store>) -> Result<Directory, StoreError> {
+    pub fn open(store: Arc<dyn Store>) -> Result<Directory, StoreError> {
         let directory = Directory {
             store,
             people: RwLock::default(),
@@ -55,7 +55,7 @@ impl Directory {
         Ok(directory)
     }
 
-    pub fn store(&self) -> &Arc<Store> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -139,12 +139,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("pvedeck-directory-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("pvedeck.db");
-        let directory = Directory::open(Arc::new(Store::open(&path).unwrap())).unwrap();
+        let open = || crate::store::open(crate::store::Location::Sqlite(&path)).unwrap();
+        let directory = Directory::open(open()).unwrap();
         let first = directory.people().generation;
         directory.refresh().unwrap();
         assert_eq!(directory.people().generation, first, "nothing changed");
 
-        let other = Store::open(&path).unwrap();
+        let other = open();
         other.set_owner(101, "alice", 1).unwrap();
         other
             .add_user(&UserInfo {

@@ -714,8 +714,22 @@ impl Engine {
         })?;
         step.success("[+] OS image URL is valid");
 
-        // A concurrent install of the same image finishes its download first.
+        // A concurrent install of the same image finishes its download
+        // first: in this process, and on the other replicas of a shared
+        // store (the node's download is theirs too).
         let _slot = self.images.hold(&plan).await;
+        let _across = match self
+            .jobs
+            .store()
+            .hold(&format!("image {node} {}", plan.file))
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!("cannot hold the image's download across replicas: {e}");
+                None
+            }
+        };
         let verify = Step::new(out, Some("OS preparation"), "verifying OS image");
         let fail = |step: &Step<'_>, e: VerifyError| {
             Failure::new(step, format!("[-] {e}"), Cleanup::Nothing)

@@ -135,14 +135,19 @@ impl Engine {
     /// the current runtime).
     pub fn new(config: Arc<Config>, parts: Parts) -> Engine {
         let config_ttl = config.session_ttl;
-        let proxmox = Arc::new(
-            Timed::bounded(
-                parts.pve,
-                (config.command_timeout, config.long_command_timeout),
-                config.max_pve_commands,
-            )
-            .observed(parts.jobs.metrics().clone()),
-        );
+        let store = parts.jobs.store().clone();
+        let mut timed = Timed::bounded(
+            parts.pve,
+            (config.command_timeout, config.long_command_timeout),
+            config.max_pve_commands,
+        )
+        .observed(parts.jobs.metrics().clone());
+        if store.shared() {
+            // What this replica changes, the others read again at once.
+            let (store, me) = (store.clone(), parts.jobs.replica().name.clone());
+            timed = timed.announcing(Arc::new(move || store.announce_change(&me)));
+        }
+        let proxmox = Arc::new(timed);
         let history = Arc::new(rrd::History::default());
         Engine {
             cluster: snapshot::Cluster::start(
@@ -163,14 +168,14 @@ impl Engine {
             )
             .verifying(parts.image_policy)
             .within(config.image_download_timeout),
-            allocator: Arc::new(Allocator::new(&config)),
+            allocator: Arc::new(Allocator::new(&config).shared(parts.jobs.clone())),
             config,
             jobs: parts.jobs,
             cpu_baseline: cpu::Baseline::default(),
             clock: parts.clock,
             key_lock: tokio::sync::Mutex::new(()),
             template_builds: Default::default(),
-            sessions: sessions::Sessions::new(config_ttl),
+            sessions: sessions::Sessions::on(config_ttl, store),
             statuses: reads::Recent::default(),
             configs: reads::Recent::default(),
             read_rate: reads::ReadRate::default(),

@@ -41,11 +41,11 @@ impl Engine {
     async fn change_people<T, F>(&self, change: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
-        F: FnOnce(&Store) -> Result<T, AccountError> + Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, AccountError> + Send + 'static,
     {
         let directory = self.directory.clone();
         tokio::task::spawn_blocking(move || {
-            let done = change(directory.store())?;
+            let done = change(directory.store().as_ref())?;
             directory.reload()?;
             Ok::<T, EngineError>(done)
         })

@@ -6,13 +6,20 @@
 //! are limited per client (`throttle`).
 //!
 //! Sessions live in memory: a restart logs everyone out, which costs a
-//! login and keeps no credential on disk.
+//! login and keeps no credential on disk. With replicas sharing PostgreSQL
+//! they are also written there, by the SHA-256 of their id (never the id),
+//! so that a login on one replica is good on every one and a logout ends
+//! it on all (the others hear of it and forget it).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pvedeck_support::clock::now_ms;
 use pvedeck_support::sync::lock;
+use sha2::{Digest, Sha256};
+
+use crate::store::Store;
 
 /// Open sessions at most: a flood of logins cannot grow memory without end
 /// (the oldest goes first).
@@ -33,10 +40,38 @@ pub enum Subject {
     User(String),
 }
 
+impl Subject {
+    /// As the shared store keeps it.
+    fn word(&self) -> String {
+        match self {
+            Subject::ApiToken(n) => format!("token:{n}"),
+            Subject::User(name) => format!("user:{name}"),
+        }
+    }
+
+    fn from_word(word: &str) -> Option<Subject> {
+        match word.split_once(':')? {
+            ("token", n) => n.parse().ok().map(Subject::ApiToken),
+            ("user", name) => Some(Subject::User(name.to_string())),
+            _ => None,
+        }
+    }
+}
+
+/// A session id as it is kept: its SHA-256, hex.
+fn hash(id: &str) -> String {
+    Sha256::digest(id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 pub struct Sessions {
     ttl: Duration,
-    /// Session id → when it ends, and whose it is.
+    /// Session id's hash → when it ends, and whose it is.
     open: Mutex<HashMap<String, (Instant, Subject)>>,
+    /// The store replicas share, when they do.
+    shared: Option<Arc<dyn Store>>,
 }
 
 impl Sessions {
@@ -44,7 +79,21 @@ impl Sessions {
         Sessions {
             ttl,
             open: Mutex::default(),
+            shared: None,
         }
+    }
+
+    /// Sessions every replica on `store` shares (a shared store only).
+    pub fn on(ttl: Duration, store: Arc<dyn Store>) -> Sessions {
+        Sessions {
+            shared: store.shared().then_some(store),
+            ..Sessions::new(ttl)
+        }
+    }
+
+    /// Another replica closed the session with this hash.
+    pub fn forget(&self, hash: &str) {
+        lock(&self.open).remove(hash);
     }
 
     pub fn ttl(&self) -> Duration {
@@ -65,20 +114,66 @@ impl Sessions {
         {
             open.remove(&oldest);
         }
-        open.insert(id.clone(), (now + self.ttl, subject));
+        let key = hash(&id);
+        open.insert(key.clone(), (now + self.ttl, subject.clone()));
+        drop(open);
+        if let Some(store) = &self.shared {
+            let ends = now_ms() + i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+            if let Err(e) = store.put_session(&key, &subject.word(), ends) {
+                // Good on this replica still; the others ask for a login.
+                tracing::warn!("cannot share a session: {e}");
+            }
+        }
         Ok(id)
     }
 
-    /// Whose open session `id` is, if it has not ended.
+    /// Whose open session `id` is, if it has not ended. Replicas sharing
+    /// a store ask it each time (a session-cookie request is a person's
+    /// page or action, not the API's load), so that a logout through one
+    /// is a logout through all at once; this process's memory answers
+    /// only while the database is out of reach.
     pub fn subject(&self, id: &str, now: Instant) -> Option<Subject> {
-        lock(&self.open)
-            .get(id)
-            .filter(|(ends, _)| *ends > now)
-            .map(|(_, subject)| subject.clone())
+        let key = hash(id);
+        let known = || {
+            lock(&self.open)
+                .get(&key)
+                .filter(|(ends, _)| *ends > now)
+                .map(|(_, subject)| subject.clone())
+        };
+        let Some(store) = &self.shared else {
+            return known();
+        };
+        let wall = now_ms();
+        match store.session(&key, wall) {
+            Ok(Some((word, ends))) => {
+                let subject = Subject::from_word(&word)?;
+                let left = Duration::from_millis(u64::try_from(ends - wall).unwrap_or(0));
+                let mut open = lock(&self.open);
+                if open.len() < MAX_SESSIONS || open.contains_key(&key) {
+                    open.insert(key.clone(), (now + left.min(self.ttl), subject.clone()));
+                }
+                Some(subject)
+            }
+            Ok(None) => {
+                lock(&self.open).remove(&key);
+                None
+            }
+            Err(e) if e.is_unavailable() => known(),
+            Err(e) => {
+                tracing::warn!("cannot read a shared session: {e}");
+                None
+            }
+        }
     }
 
     pub fn close(&self, id: &str) {
-        lock(&self.open).remove(id);
+        let key = hash(id);
+        lock(&self.open).remove(&key);
+        if let Some(store) = &self.shared
+            && let Err(e) = store.close_session(&key)
+        {
+            tracing::warn!("cannot end a shared session: {e}");
+        }
     }
 }
 

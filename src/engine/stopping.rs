@@ -81,10 +81,13 @@ impl Stopping {
 }
 
 /// Why a job stopped before its end.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Interruption {
     /// The process that ran it died (killed, crashed, host rebooted).
     Restart,
+    /// Replica `.0` stopped renewing its lease (killed, or cut off from
+    /// the database); this one took the job over.
+    TakenOver(String),
     /// A SIGTERM's grace ran out.
     Grace(Duration),
 }
@@ -94,6 +97,9 @@ impl Interruption {
         match self {
             Interruption::Restart => {
                 "[-] interrupted: pvedeck stopped while this job ran".to_string()
+            }
+            Interruption::TakenOver(from) => {
+                format!("[-] interrupted: replica {from} stopped while this job ran")
             }
             Interruption::Grace(grace) => format!(
                 "[-] interrupted: pvedeck is stopping and the job did not end within \
@@ -187,12 +193,40 @@ impl Engine {
     pub fn reconcile(self: &Arc<Self>) -> Result<usize, EngineError> {
         let orphans = self.jobs.resume_orphans()?;
         let n = orphans.len();
+        self.take_up(orphans);
+        Ok(n)
+    }
+
+    /// Goes on with jobs this process did not start (a restart's, or
+    /// another replica's whose lease ran out), each on its own task: the
+    /// Proxmox task it waited on is followed to its end, or the VM it had
+    /// at stake is reconciled by the failure contract.
+    fn take_up(self: &Arc<Self>, orphans: Vec<crate::jobs::Resumed>) {
         for orphan in orphans {
             let job = Arc::new(orphan.handle);
-            tracing::warn!(job = job.id(), "job interrupted by a restart");
             let running = Counted::new(&self.stopping, &job);
             let engine = self.clone();
             let (kind, stake, task) = (orphan.kind, orphan.stake, orphan.task);
+            let why = match orphan.from {
+                Some(from) => {
+                    tracing::warn!(job = job.id(), from, "job taken over from another replica");
+                    let step = Step::new(job.as_ref(), Some("pvedeck"), "takeover");
+                    let ago = orphan
+                        .lapsed
+                        .map(|at| (pvedeck_support::clock::now_ms() - at).max(0) as f64 / 1000.0)
+                        .map_or_else(String::new, |s| format!(" {s:.1}s ago"));
+                    step.processing(format!(
+                        "[*] replica {} takes this job over: replica {from} stopped renewing \
+                         its lease (killed, or cut off from the database), which ran out{ago}",
+                        self.jobs.replica().name
+                    ));
+                    Interruption::TakenOver(from)
+                }
+                None => {
+                    tracing::warn!(job = job.id(), "job interrupted by a restart");
+                    Interruption::Restart
+                }
+            };
             tokio::spawn(async move {
                 let _running = running;
                 // Where it stopped, not the restart's own step.
@@ -202,12 +236,87 @@ impl Engine {
                 {
                     return;
                 }
-                engine
-                    .interrupt(&job, stake, Interruption::Restart, at)
-                    .await;
+                engine.interrupt(&job, stake, why, at).await;
             });
         }
-        Ok(n)
+    }
+
+    /// With a shared store: renews this replica's leases, takes over the
+    /// jobs whose replica stopped renewing, and acts on what the others
+    /// announce (a changed cluster, changed people, a closed session).
+    pub fn start_replica(self: &Arc<Self>) {
+        let store = self.jobs.store().clone();
+        if !store.shared() {
+            return;
+        }
+        let every = self.jobs.replica().lease / 3;
+        let engine = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                if engine.stopping.refusing.load(Ordering::SeqCst) {
+                    // Stopping: its jobs end here or are interrupted; it
+                    // takes no one else's.
+                    let jobs = engine.jobs.clone();
+                    let _ = tokio::task::spawn_blocking(move || jobs.renew()).await;
+                    continue;
+                }
+                let jobs = engine.jobs.clone();
+                let swept = tokio::task::spawn_blocking(move || {
+                    jobs.renew()?;
+                    jobs.take_lapsed()
+                })
+                .await;
+                match swept {
+                    Ok(Ok(taken)) => engine.take_up(taken),
+                    Ok(Err(e)) => tracing::warn!("cannot renew or sweep the job leases: {e}"),
+                    Err(e) => tracing::warn!("cannot renew or sweep the job leases: {e}"),
+                }
+            }
+        });
+        if let Some(mut notices) = store.notices() {
+            let engine = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    let notice = match notices.recv().await {
+                        Ok(notice) => notice,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            crate::store::Notice::Resync
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    };
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
+                    engine.heard(notice).await;
+                }
+            });
+        }
+    }
+
+    /// What another replica announced, acted on here.
+    async fn heard(&self, notice: crate::store::Notice) {
+        use crate::store::Notice;
+        match notice {
+            Notice::Changed { from } if from != self.jobs.replica().name => {
+                // The next read of the cluster reads it again.
+                self.proxmox.note_change();
+            }
+            Notice::People | Notice::Resync => {
+                let directory = self.directory.clone();
+                let _ = tokio::task::spawn_blocking(move || directory.reload()).await;
+                if matches!(notice, Notice::Resync) {
+                    self.proxmox.note_change();
+                }
+            }
+            Notice::SessionClosed { hash } => self.sessions.forget(&hash),
+            _ => {}
+        }
     }
 
     /// The SIGTERM sequence: refuse new jobs, tell the running ones, wait

@@ -16,8 +16,8 @@ use pvedeck_support::sync::lock;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics::Metrics;
+use crate::store::{Lease, Location, Notice, Store, StoreError, Taken, TemplateBuilt};
 pub use crate::store::{OnStop, Stake};
-use crate::store::{Store, StoreError, TemplateBuilt};
 
 /// What a follower receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,8 +41,36 @@ const LIVE_CAPACITY: usize = 256;
 /// The live channel of each running job.
 type LiveMap = Arc<Mutex<HashMap<u64, broadcast::Sender<Live>>>>;
 
+/// This process among the pvedeck processes sharing a store: its name, and
+/// how long what it holds stays its own without renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    pub name: String,
+    pub lease: std::time::Duration,
+}
+
+impl Default for Replica {
+    fn default() -> Self {
+        Replica {
+            name: "pvedeck".to_string(),
+            lease: std::time::Duration::from_secs(15),
+        }
+    }
+}
+
+/// A job running on another replica, followed here: its live channel, fed
+/// from the database as the notices arrive.
+struct Remote {
+    tx: broadcast::Sender<Live>,
+    /// The last event sent on `tx`.
+    last: u64,
+}
+
 pub struct Jobs {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
+    replica: Replica,
+    /// Jobs of other replicas that someone here follows.
+    remote: Mutex<HashMap<u64, Remote>>,
     live: LiveMap,
     /// The writer thread: events, ends and stakes are written there, in
     /// order, and only then broadcast — never on an async worker thread.
@@ -156,51 +184,156 @@ enum Write {
     Flush(tokio::sync::oneshot::Sender<Result<(), StoreError>>),
 }
 
+/// Writes held while the database is out of reach, at most: a running
+/// job's events and ends are written when it comes back, in order; past
+/// this many the oldest go (and the log says how many).
+const MAX_PENDING: usize = 100_000;
+
+/// How often held writes are tried again while the database is away.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Writes one row change; what a write that touches nothing in the
+/// database (a flush) does is the loop's.
+fn apply(store: &dyn Store, write: &Write) -> Result<(), StoreError> {
+    match write {
+        Write::Event { id, event, .. } => store.append(*id, event.seq, event.at, &event.event),
+        Write::Finish {
+            id,
+            state,
+            at,
+            outcome,
+            failed_step,
+        } => store.finish(*id, *state, *at, *outcome, failed_step.as_deref()),
+        Write::Vmid(id, vmid) => store.set_vmid(*id, *vmid),
+        Write::Task(id, task) => store.set_task(*id, task.as_deref()),
+        Write::Stake(id, stake) => store.set_stake(*id, stake.as_ref()),
+        Write::Flush(_) => Ok(()),
+    }
+}
+
+/// What followers must hear of a write, once it is written or held.
+fn announce(live: &LiveMap, write: &Write) {
+    match write {
+        Write::Event { id, event, shown } => {
+            if let Some(tx) = lock(live).get(id) {
+                let _ = tx.send(Live::Event(event.clone(), shown.clone()));
+            }
+        }
+        Write::Finish { id, .. } => {
+            if let Some(tx) = lock(live).remove(id) {
+                let _ = tx.send(Live::Closed);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Writes held until the database is back.
+#[derive(Default)]
+struct Pending {
+    writes: std::collections::VecDeque<Write>,
+    dropped: u64,
+}
+
+impl Pending {
+    fn hold(&mut self, write: Write) {
+        if self.writes.len() >= MAX_PENDING {
+            self.writes.pop_front();
+            self.dropped += 1;
+            if self.dropped.is_power_of_two() {
+                tracing::error!(
+                    dropped = self.dropped,
+                    "the database is still away: held writes past {MAX_PENDING} are dropped"
+                );
+            }
+        }
+        self.writes.push_back(write);
+    }
+
+    /// Writes what is held, in order, until the database fails again.
+    fn drain(&mut self, store: &dyn Store) {
+        if self.writes.is_empty() {
+            return;
+        }
+        while let Some(write) = self.writes.front() {
+            match apply(store, write) {
+                Err(e) if e.is_unavailable() => return,
+                Err(e) => tracing::warn!("a held write failed: {e}"),
+                Ok(()) => {}
+            }
+            self.writes.pop_front();
+        }
+        if self.dropped == 0 {
+            tracing::info!("the database is back: every held write is written");
+        }
+    }
+}
+
 /// The writer thread's loop: a write, then what followers must hear of it.
-/// A database error is logged and the event still reaches the followers.
-fn write_all(store: &Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
-    for write in writes {
-        match write {
-            Write::Event { id, event, shown } => {
-                if let Err(e) = store.append(id, event.seq, event.at, &event.event) {
-                    tracing::warn!(job = id, "cannot store an event: {e}");
-                }
-                if let Some(tx) = lock(live).get(&id) {
-                    let _ = tx.send(Live::Event(event, shown));
-                }
+/// A statement's error is logged and the event still reaches the
+/// followers; while the database is out of reach writes are held (in
+/// order, bounded) and written when it comes back.
+fn write_all(store: &dyn Store, live: &LiveMap, writes: std::sync::mpsc::Receiver<Write>) {
+    let mut pending = Pending::default();
+    loop {
+        let write = if pending.writes.is_empty() {
+            match writes.recv() {
+                Ok(write) => write,
+                Err(_) => return,
             }
-            Write::Finish {
-                id,
-                state,
-                at,
-                outcome,
-                failed_step,
-            } => {
-                if let Err(e) = store.finish(id, state, at, outcome, failed_step.as_deref()) {
-                    tracing::warn!(job = id, "cannot record the job's end: {e}");
+        } else {
+            match writes.recv_timeout(RETRY) {
+                Ok(write) => write,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    pending.drain(store);
+                    continue;
                 }
-                if let Some(tx) = lock(live).remove(&id) {
-                    let _ = tx.send(Live::Closed);
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        if let Write::Flush(done) = write {
+            pending.drain(store);
+            let flushed = match pending.writes.len() {
+                0 => store.flush(),
+                held => Err(StoreError::Unavailable(format!(
+                    "{held} writes held: the database is out of reach"
+                ))),
+            };
+            let _ = done.send(flushed);
+            continue;
+        }
+        if !pending.writes.is_empty() {
+            pending.drain(store);
+        }
+        if pending.writes.is_empty() {
+            match apply(store, &write) {
+                Err(e) if e.is_unavailable() => {
+                    tracing::warn!("the database is out of reach: writes are held: {e}");
+                    announce(live, &write);
+                    pending.hold(write);
                 }
-            }
-            Write::Vmid(id, vmid) => {
-                if let Err(e) = store.set_vmid(id, vmid) {
-                    tracing::warn!(job = id, "cannot record the job's VM: {e}");
+                Err(e) => {
+                    tracing::warn!("cannot store a job's {}: {e}", write.what());
+                    announce(live, &write);
                 }
+                Ok(()) => announce(live, &write),
             }
-            Write::Task(id, task) => {
-                if let Err(e) = store.set_task(id, task.as_deref()) {
-                    tracing::warn!(job = id, "cannot record the job's Proxmox task: {e}");
-                }
-            }
-            Write::Stake(id, stake) => {
-                if let Err(e) = store.set_stake(id, stake.as_ref()) {
-                    tracing::warn!(job = id, "cannot record the job's stake: {e}");
-                }
-            }
-            Write::Flush(done) => {
-                let _ = done.send(store.flush());
-            }
+        } else {
+            announce(live, &write);
+            pending.hold(write);
+        }
+    }
+}
+
+impl Write {
+    fn what(&self) -> &'static str {
+        match self {
+            Write::Event { .. } => "event",
+            Write::Finish { .. } => "end",
+            Write::Vmid(..) => "VM",
+            Write::Task(..) => "Proxmox task",
+            Write::Stake(..) => "stake",
+            Write::Flush(_) => "flush",
         }
     }
 }
@@ -224,28 +357,48 @@ impl Jobs {
 
     /// [`Jobs::open`] with limits; ended jobs older than `keep_days` go.
     pub fn open_with(path: &Path, limits: JobLimits) -> Result<Arc<Jobs>, StoreError> {
-        let store = Store::open(path)?;
+        Jobs::on_store(
+            crate::store::open(Location::Sqlite(path))?,
+            limits,
+            Replica::default(),
+        )
+    }
+
+    /// The jobs of `store` (SQLite or PostgreSQL), with limits, run by
+    /// `replica`. On a shared store it follows the other replicas' jobs
+    /// (on the current runtime).
+    pub fn on_store(
+        store: Arc<dyn Store>,
+        limits: JobLimits,
+        replica: Replica,
+    ) -> Result<Arc<Jobs>, StoreError> {
         let keep_ms = i64::from(limits.keep_days) * 86_400_000;
         let pruned = store.prune(now_ms() - keep_ms)?;
         if pruned > 0 {
             tracing::info!(pruned, keep_days = limits.keep_days, "old jobs removed");
         }
-        let store = Arc::new(store);
         let live = LiveMap::default();
         let (writes, queue) = std::sync::mpsc::channel();
         let (writer_store, writer_live) = (store.clone(), live.clone());
         std::thread::Builder::new()
             .name("pvedeck-db".to_string())
-            .spawn(move || write_all(&writer_store, &writer_live, queue))
+            .spawn(move || write_all(writer_store.as_ref(), &writer_live, queue))
             .map_err(StoreError::Writer)?;
-        Ok(Arc::new(Jobs {
+        let notices = store.notices();
+        let jobs = Arc::new(Jobs {
             store,
+            replica,
+            remote: Mutex::default(),
             live,
             writes,
             limits,
             followers: Mutex::default(),
             metrics: Arc::new(Metrics::new()),
-        }))
+        });
+        if let Some(notices) = notices {
+            tokio::spawn(feed(Arc::downgrade(&jobs), notices));
+        }
+        Ok(jobs)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -256,10 +409,10 @@ impl Jobs {
     async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
     {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || read(&store))
+        tokio::task::spawn_blocking(move || read(store.as_ref()))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
@@ -270,12 +423,81 @@ impl Jobs {
         }
     }
 
+    /// This replica's name.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// The lease a job or reservation of this replica gets now, where
+    /// replicas share the store.
+    pub fn lease(&self) -> Option<Lease> {
+        self.store.shared().then(|| Lease {
+            replica: self.replica.name.clone(),
+            until: now_ms() + i64::try_from(self.replica.lease.as_millis()).unwrap_or(i64::MAX),
+        })
+    }
+
+    /// Holds `vmid` for an install of this replica (a shared store only:
+    /// alone, the allocator's own set is enough); `false` when another
+    /// replica's install holds it.
+    pub fn reserve_vmid(&self, vmid: u32) -> Result<bool, StoreError> {
+        match self.lease() {
+            Some(lease) => self.store.reserve_vmid(vmid, &lease, now_ms()),
+            None => Ok(true),
+        }
+    }
+
+    /// Lets an install's `vmid` go, without waiting.
+    pub fn release_vmid(&self, vmid: u32) {
+        if self.store.shared()
+            && let Err(e) = self.store.release_vmid(vmid, &self.replica.name)
+        {
+            tracing::warn!(vmid, "cannot release the VMID in the database: {e}");
+        }
+    }
+
+    /// Renews what this replica holds (a shared store only).
+    pub fn renew(&self) -> Result<(), StoreError> {
+        match self.lease() {
+            Some(lease) => self.store.renew(&lease),
+            None => Ok(()),
+        }
+    }
+
     /// The jobs a previous process left running (it was killed), each
     /// with what it had at stake, as handles that go on from their last
-    /// event: followers wait for their end as for any running job.
+    /// event: followers wait for their end as for any running job. On its
+    /// own database, every running job; on a shared one, those whose
+    /// lease ran out.
     pub fn resume_orphans(self: &Arc<Self>) -> Result<Vec<Resumed>, StoreError> {
+        let lease = self.lease().unwrap_or_else(|| Lease {
+            replica: self.replica.name.clone(),
+            until: 0,
+        });
+        let taken = self
+            .store
+            .take_over(&lease, now_ms(), !self.store.shared())?;
+        self.resume(taken)
+    }
+
+    /// The jobs of other replicas whose lease ran out, taken over by this
+    /// one (a shared store only).
+    pub fn take_lapsed(self: &Arc<Self>) -> Result<Vec<Resumed>, StoreError> {
+        let Some(lease) = self.lease() else {
+            return Ok(Vec::new());
+        };
+        let taken = self.store.take_over(&lease, now_ms(), false)?;
+        self.resume(taken)
+    }
+
+    fn resume(self: &Arc<Self>, taken: Vec<Taken>) -> Result<Vec<Resumed>, StoreError> {
         let mut orphans = Vec::new();
-        for orphan in self.store.running_jobs()? {
+        for Taken {
+            orphan,
+            from,
+            lapsed,
+        } in taken
+        {
             let (job, stake) = (orphan.job, orphan.stake);
             let seq = self.store.last_seq(job.id)?;
             let last_step = self
@@ -283,7 +505,12 @@ impl Jobs {
                 .events(job.id, seq.saturating_sub(1))?
                 .last()
                 .map_or_else(|| "pvedeck".to_string(), |e| e.event.step.clone());
-            let (tx, _) = broadcast::channel(LIVE_CAPACITY);
+            // Whoever here followed it on another replica goes on
+            // following it on the same channel, now fed by this one.
+            let tx = match lock(&self.remote).remove(&job.id) {
+                Some(remote) => remote.tx,
+                None => broadcast::channel(LIVE_CAPACITY).0,
+            };
             self.live().insert(job.id, tx);
             orphans.push(Resumed {
                 handle: JobHandle {
@@ -300,6 +527,8 @@ impl Jobs {
                 kind: job.kind,
                 stake,
                 task: orphan.task,
+                from: from.filter(|f| *f != self.replica.name),
+                lapsed,
             });
         }
         Ok(orphans)
@@ -326,7 +555,10 @@ impl Jobs {
         title: &str,
         owner: Option<&str>,
     ) -> Result<JobHandle, StoreError> {
-        let id = self.store.create_job(kind, vmid, title, now_ms(), owner)?;
+        let lease = self.lease();
+        let id = self
+            .store
+            .create_job(kind, vmid, title, now_ms(), owner, lease.as_ref())?;
         let (tx, _) = broadcast::channel(LIVE_CAPACITY);
         self.live().insert(id, tx);
         tracing::info!(job = id, kind = kind.as_str(), title, "job started");
@@ -354,7 +586,7 @@ impl Jobs {
     }
 
     /// The store itself, for what is not the job history (people, audit).
-    pub fn store(&self) -> &Arc<Store> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -385,11 +617,11 @@ impl Jobs {
     }
 
     pub async fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
-        self.read(Store::templates).await
+        self.read(|s| s.templates()).await
     }
 
     pub async fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
-        self.read(Store::identities).await
+        self.read(|s| s.identities()).await
     }
 
     pub async fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
@@ -458,13 +690,27 @@ impl Jobs {
         reveal: bool,
         who: Follower,
     ) -> Result<Option<mpsc::Receiver<Update>>, FollowError> {
-        if self.job(id).await?.is_none() {
+        let Some(job) = self.job(id).await? else {
             return Ok(None);
-        }
+        };
         let following = self.count_follower(id, who)?;
         // Subscribe before reading the stored events so that nothing falls
         // between the two; duplicates are dropped by sequence number.
-        let live = self.live().get(&id).map(broadcast::Sender::subscribe);
+        let mut live = self.live().get(&id).map(broadcast::Sender::subscribe);
+        if live.is_none() && job.state == JobState::Running && self.store.shared() {
+            // Another replica runs it: its events arrive through the
+            // database's notices.
+            live = Some(self.follow_remote(id).await?);
+            // It may have ended before the subscription: then the stored
+            // events are all there is.
+            if self
+                .job(id)
+                .await?
+                .is_none_or(|j| j.state != JobState::Running)
+            {
+                live = None;
+            }
+        }
         let (tx, rx) = mpsc::channel(64);
         let jobs = self.clone();
         tokio::spawn(async move {
@@ -526,6 +772,94 @@ impl Jobs {
     }
 }
 
+impl Jobs {
+    /// A live channel of job `id`, which another replica runs.
+    async fn follow_remote(
+        self: &Arc<Self>,
+        id: u64,
+    ) -> Result<broadcast::Receiver<Live>, StoreError> {
+        if let Some(remote) = lock(&self.remote).get(&id) {
+            return Ok(remote.tx.subscribe());
+        }
+        let last = self.read(move |s| s.last_seq(id)).await?;
+        let mut remote = lock(&self.remote);
+        let entry = remote.entry(id).or_insert_with(|| Remote {
+            tx: broadcast::channel(LIVE_CAPACITY).0,
+            last,
+        });
+        Ok(entry.tx.subscribe())
+    }
+
+    /// Sends the followers here of job `id` (run by another replica) the
+    /// events stored since the last sent, and `Closed` when it has ended.
+    async fn pull_remote(&self, id: u64, ended: bool) {
+        let (tx, last) = {
+            let mut remote = lock(&self.remote);
+            match remote.get(&id) {
+                Some(r) if r.tx.receiver_count() == 0 => {
+                    remote.remove(&id);
+                    return;
+                }
+                Some(r) => (r.tx.clone(), r.last),
+                None => return,
+            }
+        };
+        let events = self
+            .read(move |s| s.events_page(id, last, REPLAY_PAGE * 4))
+            .await
+            .unwrap_or_default();
+        let mut sent = last;
+        for e in events {
+            sent = e.seq;
+            let _ = tx.send(Live::Event(e, None));
+        }
+        let mut remote = lock(&self.remote);
+        if let Some(r) = remote.get_mut(&id) {
+            r.last = r.last.max(sent);
+        }
+        if ended {
+            remote.remove(&id);
+            let _ = tx.send(Live::Closed);
+        }
+    }
+
+    /// After notices may have been lost: every remote job followed here
+    /// gets what was stored, and its end if it ended.
+    async fn resync_remote(&self) {
+        let ids: Vec<u64> = lock(&self.remote).keys().copied().collect();
+        for id in ids {
+            let ended = self
+                .job(id)
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|j| j.state != JobState::Running);
+            self.pull_remote(id, ended).await;
+        }
+    }
+}
+
+/// Feeds the followers here of jobs other replicas run, from the
+/// database's notices, for as long as the jobs live.
+async fn feed(jobs: std::sync::Weak<Jobs>, mut notices: broadcast::Receiver<Notice>) {
+    loop {
+        let notice = match notices.recv().await {
+            Ok(notice) => notice,
+            Err(broadcast::error::RecvError::Lagged(_)) => Notice::Resync,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Some(jobs) = jobs.upgrade() else {
+            return;
+        };
+        match notice {
+            Notice::Event { job, .. } => jobs.pull_remote(job, false).await,
+            Notice::Ended { job } => jobs.pull_remote(job, true).await,
+            Notice::Resync => jobs.resync_remote().await,
+            _ => {}
+        }
+    }
+}
+
 /// A job a killed process left running, handed back to go on from its
 /// last event.
 pub struct Resumed {
@@ -534,6 +868,10 @@ pub struct Resumed {
     pub stake: Option<Stake>,
     /// The Proxmox task it was waiting on (the `api` backend's UPID).
     pub task: Option<String>,
+    /// The replica that held it, when another one did (a takeover).
+    pub from: Option<String>,
+    /// When that replica's lease on it ran out (ms).
+    pub lapsed: Option<i64>,
 }
 
 /// The running job's side: appends events and ends the job.

@@ -1,22 +1,30 @@
-//! What pvedeck keeps, in SQLite (`DATA_DIR/pvedeck.db`): the job history
-//! (jobs and their events), what VMs and templates proved to be, and the
-//! people (users, tokens, owners, the audit log: `accounts`, `audit`).
+//! What pvedeck keeps: the job history (jobs and their events), what VMs
+//! and templates proved to be, and the people (users, tokens, owners, the
+//! audit log). One trait, [`Store`], and two implementations:
 //!
-//! One connection behind a mutex: writes are a few small rows per second per
-//! job, well within what a WAL-mode SQLite does in microseconds.
+//! - [`sqlite`]: `DATA_DIR/pvedeck.db`, the default — one process, nothing
+//!   to run beside it;
+//! - [`postgres`]: `DATABASE_URL=postgres://…`, shared by any number of
+//!   pvedeck processes (docs/architecture.md#one-store-two-databases).
+//!
+//! The trait is synchronous on purpose: every caller already runs off the
+//! async workers (the jobs' writer thread, `spawn_blocking`), as SQLite
+//! needs. The PostgreSQL implementation drives its async driver and pool on
+//! a small runtime of its own and waits for the answer there.
 
 mod accounts;
 mod audit;
-
-pub use accounts::TokenRow;
-pub use audit::AuditQuery;
+pub mod postgres;
+pub mod sqlite;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 
+pub use accounts::{PeopleStore, TokenRow};
+pub use audit::{AuditQuery, AuditStore};
 use pvedeck_domain::types::{Job, JobEvent, JobKind, JobState, StepEvent, VmOutcome};
-use pvedeck_support::sync::lock;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -38,10 +46,43 @@ pub enum StoreError {
         path: String,
         source: std::io::Error,
     },
+    /// `DATABASE_URL` cannot be used: not a PostgreSQL URL, or the server
+    /// cannot be reached or refuses at start-up. `url` has its password
+    /// masked.
+    #[error("DATABASE_URL={url}: {why}")]
+    Connect { url: String, why: String },
+    /// PostgreSQL went away, or a statement failed on it.
+    #[error("database: {0}")]
+    Postgres(String),
+    /// The database cannot be reached now (PostgreSQL lost while running):
+    /// requests that need it answer 503.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
 }
 
-pub struct Store {
-    conn: Mutex<Connection>,
+impl StoreError {
+    /// Whether the database itself is out of reach (a 503, a retry later),
+    /// rather than a statement or a row being wrong.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Where pvedeck keeps what it keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location<'a> {
+    /// The embedded SQLite file.
+    Sqlite(&'a Path),
+    /// `DATABASE_URL`.
+    Postgres(&'a str),
+}
+
+/// Opens the store at `location`, making or migrating its schema.
+pub fn open(location: Location<'_>) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match location {
+        Location::Sqlite(path) => Arc::new(sqlite::SqliteStore::open(path)?),
+        Location::Postgres(url) => Arc::new(postgres::PgStore::open(url)?),
+    })
 }
 
 /// What a template build leaves to know the template by.
@@ -54,88 +95,6 @@ pub struct TemplateBuilt {
     pub built: i64,
     pub job: u64,
 }
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS jobs (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind        TEXT    NOT NULL,
-    vmid        INTEGER,
-    state       TEXT    NOT NULL,
-    title       TEXT    NOT NULL,
-    created     INTEGER NOT NULL,
-    finished    INTEGER,
-    outcome     TEXT,
-    failed_step TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    job_id  INTEGER NOT NULL REFERENCES jobs(id),
-    seq     INTEGER NOT NULL,
-    at      INTEGER NOT NULL,
-    step    TEXT    NOT NULL,
-    status  TEXT    NOT NULL,
-    message TEXT    NOT NULL,
-    vm_id   INTEGER,
-    ip      TEXT,
-    PRIMARY KEY (job_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS identities (
-    vmid       INTEGER PRIMARY KEY,
-    machine_id TEXT    NOT NULL,
-    host_key   TEXT    NOT NULL,
-    recorded   INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS templates (
-    vmid  INTEGER PRIMARY KEY,
-    image TEXT    NOT NULL,
-    built INTEGER NOT NULL,
-    job   INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS users (
-    name    TEXT    PRIMARY KEY,
-    role    TEXT    NOT NULL,
-    groups  TEXT    NOT NULL,
-    quota   TEXT,
-    source  TEXT    NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    id        TEXT    PRIMARY KEY,
-    user      TEXT    NOT NULL REFERENCES users(name) ON DELETE CASCADE,
-    name      TEXT    NOT NULL,
-    hash      TEXT    NOT NULL UNIQUE,
-    created   INTEGER NOT NULL,
-    expires   INTEGER,
-    last_used INTEGER
-);
-CREATE TABLE IF NOT EXISTS owners (
-    vmid     INTEGER PRIMARY KEY,
-    user     TEXT    NOT NULL,
-    assigned INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS audit (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
-    at      INTEGER NOT NULL,
-    user    TEXT    NOT NULL,
-    client  TEXT,
-    action  TEXT    NOT NULL,
-    target  TEXT,
-    summary TEXT    NOT NULL,
-    outcome TEXT    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
-";
-
-/// Columns added after a database was first made: (table, column, type).
-/// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
-/// `jobs.task`: the Proxmox task (UPID) the job waits on, if any.
-/// `jobs.owner`: the user who started it.
-const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
-    ("events", "host_key", "TEXT"),
-    ("jobs", "node", "TEXT"),
-    ("jobs", "on_stop", "TEXT"),
-    ("jobs", "task", "TEXT"),
-    ("jobs", "owner", "TEXT"),
-];
 
 /// What becomes of a job's VM when the job stops before its end (pvedeck
 /// killed or stopped): what the failure contract does to it
@@ -155,6 +114,14 @@ impl OnStop {
             OnStop::Keep => "keep",
         }
     }
+
+    fn from_word(word: Option<&str>) -> Option<OnStop> {
+        match word {
+            Some("destroy") => Some(OnStop::Destroy),
+            Some("keep") => Some(OnStop::Keep),
+            _ => None,
+        }
+    }
 }
 
 /// The VM a running job may leave behind, and what to do about it.
@@ -166,6 +133,23 @@ pub struct Stake {
     pub on_stop: OnStop,
 }
 
+impl Stake {
+    fn from_columns(
+        vmid: Option<u32>,
+        node: Option<String>,
+        on_stop: Option<&str>,
+    ) -> Option<Stake> {
+        match (vmid, node, OnStop::from_word(on_stop)) {
+            (Some(vmid), Some(node), Some(on_stop)) => Some(Stake {
+                vmid,
+                node,
+                on_stop,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A job a previous process left running: what it had at stake and the
 /// Proxmox task it was waiting on.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,6 +157,43 @@ pub struct Orphan {
     pub job: Job,
     pub stake: Option<Stake>,
     pub task: Option<String>,
+}
+
+/// Who holds something while it runs (a job, a VMID being installed): a
+/// replica, until a time (ms) it renews while it lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub replica: String,
+    pub until: i64,
+}
+
+/// A running job taken over from whoever held it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    pub orphan: Orphan,
+    /// The replica that held it, if one did.
+    pub from: Option<String>,
+    /// When its lease ran out (ms), if it had one.
+    pub lapsed: Option<i64>,
+}
+
+/// What another pvedeck on the same database did, as it happens
+/// (PostgreSQL's `LISTEN`/`NOTIFY`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Job `job` has event `seq` stored.
+    Event { job: u64, seq: u64 },
+    /// Job `job` has ended.
+    Ended { job: u64 },
+    /// Users, tokens or owners changed.
+    People,
+    /// Replica `from` changed the cluster: snapshots read before are old.
+    Changed { from: String },
+    /// A session ended (logout, its user removed).
+    SessionClosed { hash: String },
+    /// Notices may have been missed (the listener reconnected, a reader
+    /// lagged): whoever relies on them reads again.
+    Resync,
 }
 
 /// Enums are stored as the words their JSON uses.
@@ -187,457 +208,164 @@ fn from_word<T: DeserializeOwned>(word: &str) -> Option<T> {
     serde_json::from_value(serde_json::Value::String(word.to_string())).ok()
 }
 
-fn job_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
-    let kind: String = row.get("kind")?;
-    let state: String = row.get("state")?;
-    let outcome: Option<String> = row.get("outcome")?;
-    Ok(Job {
-        id: row.get("id")?,
-        kind: from_word(&kind).unwrap_or(JobKind::Install),
-        vmid: row.get("vmid")?,
-        state: from_word(&state).unwrap_or(JobState::Failed),
-        title: row.get("title")?,
-        created: row.get("created")?,
-        finished: row.get("finished")?,
-        outcome: outcome.as_deref().and_then(from_word::<VmOutcome>),
-        failed_step: row.get("failed_step")?,
-        owner: row.get("owner")?,
-    })
+/// A job row's enum columns, read back; a word this version does not know
+/// reads as the safest value (an install that failed).
+fn job_enums(
+    kind: &str,
+    state: &str,
+    outcome: Option<&str>,
+) -> (JobKind, JobState, Option<VmOutcome>) {
+    (
+        from_word(kind).unwrap_or(JobKind::Install),
+        from_word(state).unwrap_or(JobState::Failed),
+        outcome.and_then(from_word::<VmOutcome>),
+    )
 }
 
-impl Store {
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        let open_err = |source| StoreError::Open {
-            path: path.display().to_string(),
-            source,
-        };
-        let conn = Connection::open(path).map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(open_err)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(open_err)?;
-        // Another writer (a second pvedeck on the same file, a backup)
-        // makes a write wait, not fail.
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(open_err)?;
-        conn.execute_batch(SCHEMA).map_err(open_err)?;
-        for (table, column, kind) in ADDED_COLUMNS {
-            let has: bool = conn
-                .prepare(&format!(
-                    "SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1"
-                ))
-                .and_then(|mut s| s.exists(params![column]))
-                .map_err(open_err)?;
-            if !has {
-                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
-                    .map_err(open_err)?;
-            }
-        }
-        Ok(Store {
-            conn: Mutex::new(conn),
-        })
-    }
-
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        lock(&self.conn)
-    }
-
-    pub fn create_job(
+/// The job history and what VMs and templates proved to be.
+pub trait JobStore: Send + Sync {
+    /// A new running job, held under `lease` where replicas share the
+    /// store.
+    fn create_job(
         &self,
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
         created: i64,
         owner: Option<&str>,
-    ) -> Result<u64, StoreError> {
-        let conn = self.conn();
-        conn.execute(
-            "INSERT INTO jobs (kind, vmid, state, title, created, owner)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                word(&kind),
-                vmid,
-                word(&JobState::Running),
-                title,
-                created,
-                owner
-            ],
-        )?;
-        Ok(conn.last_insert_rowid() as u64)
-    }
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError>;
 
-    pub fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError> {
-        self.conn()
-            .execute("UPDATE jobs SET vmid = ?2 WHERE id = ?1", params![id, vmid])?;
-        Ok(())
-    }
+    /// Renews everything `lease.replica` holds (its running jobs, its
+    /// VMID reservations) until `lease.until`.
+    fn renew(&self, lease: &Lease) -> Result<(), StoreError>;
 
-    pub fn append(&self, id: u64, seq: u64, at: i64, ev: &StepEvent) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT INTO events (job_id, seq, at, step, status, message, vm_id, ip, host_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                id,
-                seq,
-                at,
-                ev.step,
-                word(&ev.status),
-                ev.message,
-                ev.vm_id,
-                ev.ip,
-                ev.host_key
-            ],
-        )?;
-        Ok(())
-    }
+    /// Takes the running jobs whose lease ran out before `now` (all
+    /// running jobs with `every`: one process on its own database, at
+    /// start-up) and holds them under `lease`. Each is taken by one
+    /// replica only.
+    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError>;
 
-    pub fn finish(
+    /// Holds `vmid` for an install under `lease`; `false` when a live
+    /// lease of another install holds it.
+    fn reserve_vmid(&self, vmid: u32, lease: &Lease, now: i64) -> Result<bool, StoreError>;
+
+    /// Lets `vmid` go (the install ended).
+    fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError>;
+
+    fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError>;
+
+    fn append(&self, id: u64, seq: u64, at: i64, ev: &StepEvent) -> Result<(), StoreError>;
+
+    fn finish(
         &self,
         id: u64,
         state: JobState,
         finished: i64,
         outcome: Option<VmOutcome>,
         failed_step: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE jobs SET state = ?2, finished = ?3, outcome = ?4, failed_step = ?5
-             WHERE id = ?1",
-            params![
-                id,
-                word(&state),
-                finished,
-                outcome.map(|o| word(&o)),
-                failed_step
-            ],
-        )?;
-        Ok(())
-    }
+    ) -> Result<(), StoreError>;
 
-    pub fn job(&self, id: u64) -> Result<Option<Job>, StoreError> {
-        Ok(self
-            .conn()
-            .query_row("SELECT * FROM jobs WHERE id = ?1", [id], job_from_row)
-            .optional()?)
-    }
+    fn job(&self, id: u64) -> Result<Option<Job>, StoreError>;
 
     /// Newest first.
-    pub fn jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM jobs ORDER BY id DESC LIMIT ?1")?;
-        let rows = stmt.query_map([limit], job_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
+    fn jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+
+    /// A user's jobs, newest first.
+    fn jobs_of(&self, owner: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
 
     /// Removes the jobs that ended before `before` (ms), with their
     /// events; how many went.
-    pub fn prune(&self, before: i64) -> Result<usize, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "DELETE FROM events WHERE job_id IN
-             (SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < ?1)",
-            [before],
-        )?;
-        let gone = tx.execute(
-            "DELETE FROM jobs WHERE finished IS NOT NULL AND finished < ?1",
-            [before],
-        )?;
-        tx.commit()?;
-        Ok(gone)
-    }
+    fn prune(&self, before: i64) -> Result<usize, StoreError>;
 
-    pub fn running_jobs(&self) -> Result<Vec<Orphan>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM jobs WHERE state = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([word(&JobState::Running)], |row| {
-            let job = job_from_row(row)?;
-            let node: Option<String> = row.get("node")?;
-            let on_stop: Option<String> = row.get("on_stop")?;
-            let on_stop = match on_stop.as_deref() {
-                Some("destroy") => Some(OnStop::Destroy),
-                Some("keep") => Some(OnStop::Keep),
-                _ => None,
-            };
-            let stake = match (job.vmid, node, on_stop) {
-                (Some(vmid), Some(node), Some(on_stop)) => Some(Stake {
-                    vmid,
-                    node,
-                    on_stop,
-                }),
-                _ => None,
-            };
-            let task: Option<String> = row.get("task")?;
-            Ok(Orphan { job, stake, task })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
+    fn running_jobs(&self) -> Result<Vec<Orphan>, StoreError>;
 
     /// Records what a running job has at stake now (`None`: nothing).
-    pub fn set_stake(&self, id: u64, stake: Option<&Stake>) -> Result<(), StoreError> {
-        match stake {
-            Some(s) => self.conn().execute(
-                "UPDATE jobs SET vmid = ?2, node = ?3, on_stop = ?4 WHERE id = ?1",
-                params![id, s.vmid, s.node, s.on_stop.word()],
-            )?,
-            None => self.conn().execute(
-                "UPDATE jobs SET node = NULL, on_stop = NULL WHERE id = ?1",
-                [id],
-            )?,
-        };
-        Ok(())
-    }
+    fn set_stake(&self, id: u64, stake: Option<&Stake>) -> Result<(), StoreError>;
 
     /// Records the Proxmox task a running job waits on (`None`: none).
-    pub fn set_task(&self, id: u64, task: Option<&str>) -> Result<(), StoreError> {
-        self.conn()
-            .execute("UPDATE jobs SET task = ?2 WHERE id = ?1", params![id, task])?;
-        Ok(())
-    }
+    fn set_task(&self, id: u64, task: Option<&str>) -> Result<(), StoreError>;
 
-    /// Moves everything written to the WAL into the database file, so that
-    /// a stopped server leaves one consistent file behind.
-    pub fn flush(&self) -> Result<(), StoreError> {
-        self.conn()
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        Ok(())
-    }
+    /// Makes everything written so far durable in one place (SQLite: the
+    /// WAL moved into the database file), at shutdown.
+    fn flush(&self) -> Result<(), StoreError>;
+
+    /// At most `limit` of job `id`'s events after `after`, in order.
+    fn events_page(&self, id: u64, after: u64, limit: usize) -> Result<Vec<JobEvent>, StoreError>;
 
     /// Events after `after` (0 = all), in order.
-    pub fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
+    fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
         self.events_page(id, after, usize::MAX)
     }
 
-    /// At most `limit` of job `id`'s events after `after`, in order.
-    pub fn events_page(
-        &self,
-        id: u64,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<JobEvent>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT seq, at, step, status, message, vm_id, ip, host_key FROM events
-             WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt.query_map(params![id, after, limit], |row| {
-            let status: String = row.get(3)?;
-            Ok(JobEvent {
-                seq: row.get(0)?,
-                at: row.get(1)?,
-                event: StepEvent {
-                    step: row.get(2)?,
-                    status: from_word(&status).unwrap_or(pvedeck_domain::types::StepStatus::Error),
-                    message: row.get(4)?,
-                    vm_id: row.get(5)?,
-                    ip: row.get(6)?,
-                    host_key: row.get(7)?,
-                },
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
+    fn last_seq(&self, id: u64) -> Result<u64, StoreError>;
 
     /// What a VM pvedeck made proved to be (through the guest agent).
-    pub fn record_identity(
+    fn record_identity(
         &self,
         vmid: u32,
         machine_id: &str,
         host_key: &str,
         at: i64,
-    ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO identities (vmid, machine_id, host_key, recorded)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![vmid, machine_id, host_key, at],
-        )?;
-        Ok(())
-    }
-
-    /// A template built: from which image, when, by which job.
-    pub fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO templates (vmid, image, built, job) VALUES (?1, ?2, ?3, ?4)",
-            params![built.vmid, built.image, built.built, built.job],
-        )?;
-        Ok(())
-    }
-
-    /// Every template build recorded, by VMID.
-    pub fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT vmid, image, built, job FROM templates")?;
-        let rows = stmt.query_map([], |row| {
-            Ok(TemplateBuilt {
-                vmid: row.get(0)?,
-                image: row.get(1)?,
-                built: row.get(2)?,
-                job: row.get(3)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
+    ) -> Result<(), StoreError>;
 
     /// Every recorded identity: (vmid, machine-id, host key).
-    pub fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT vmid, machine_id, host_key FROM identities")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+    fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError>;
+
+    /// A template built: from which image, when, by which job.
+    fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError>;
+
+    /// Every template build recorded, by VMID.
+    fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError>;
+}
+
+/// Everything pvedeck keeps.
+pub trait Store: JobStore + PeopleStore + AuditStore + SessionStore {
+    /// Which database this is, for the log and `/metrics`: `sqlite` or
+    /// `postgres`.
+    fn kind(&self) -> &'static str;
+
+    /// Whether other pvedeck processes may share it (then jobs are held
+    /// under leases and changes are announced).
+    fn shared(&self) -> bool {
+        false
     }
 
-    pub fn last_seq(&self, id: u64) -> Result<u64, StoreError> {
-        Ok(self.conn().query_row(
-            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1",
-            [id],
-            |row| row.get(0),
-        )?)
+    /// What the other processes on the store do, as it happens; `None`
+    /// where there are none.
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        None
+    }
+
+    /// Tells the others that replica `from` changed the cluster.
+    fn announce_change(&self, _from: &str) {}
+
+    /// Waits until no other replica holds `name`, then holds it until the
+    /// returned value is dropped: what one process serializes in memory
+    /// (one download of an image per node), replicas serialize here.
+    /// `None` where there are no others.
+    fn hold(&self, _name: &str) -> Holding {
+        Box::pin(async { Ok(None) })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pvedeck_domain::types::StepStatus;
+/// Something held across replicas, let go when dropped.
+pub type Held = Box<dyn Send + Sync>;
 
-    fn temp_db(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("pvedeck-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir.join("jobs.db")
-    }
+/// The wait for a [`Store::hold`].
+pub type Holding =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<Held>, StoreError>> + Send>>;
 
-    #[test]
-    fn pruning_removes_ended_jobs_older_than_the_cut_with_their_events() {
-        let store = Store::open(&temp_db("prune")).unwrap();
-        let ended = store
-            .create_job(JobKind::Install, None, "old", 1, None)
-            .unwrap();
-        let ev = StepEvent {
-            step: "s".into(),
-            status: StepStatus::Success,
-            message: "m".into(),
-            vm_id: None,
-            ip: None,
-            host_key: None,
-        };
-        store.append(ended, 1, 2, &ev).unwrap();
-        store
-            .finish(ended, JobState::Succeeded, 10, None, None)
-            .unwrap();
-        let running = store
-            .create_job(JobKind::Install, None, "runs", 1, None)
-            .unwrap();
-        assert_eq!(store.prune(10).unwrap(), 0, "ended at 10: not before");
-        assert_eq!(store.prune(11).unwrap(), 1);
-        assert!(store.job(ended).unwrap().is_none());
-        assert!(store.events(ended, 0).unwrap().is_empty());
-        assert!(store.job(running).unwrap().is_some(), "a running job stays");
-    }
+/// UI sessions, where replicas share them: by the SHA-256 of their id,
+/// never the id itself.
+pub trait SessionStore: Send + Sync {
+    /// Records a session: whose (`subject`, as the sessions module words
+    /// it) and when it ends (ms).
+    fn put_session(&self, hash: &str, subject: &str, expires: i64) -> Result<(), StoreError>;
 
-    #[test]
-    fn jobs_and_events_survive_reopening() {
-        let path = temp_db("reopen");
-        let id = {
-            let store = Store::open(&path).unwrap();
-            let id = store
-                .create_job(
-                    JobKind::Install,
-                    None,
-                    "install debian 12",
-                    1,
-                    Some("alice"),
-                )
-                .unwrap();
-            let ev = StepEvent {
-                step: "preparation > checking VMID".into(),
-                status: StepStatus::Success,
-                message: "[+] \"quoted\" ünïcode \\ back".into(),
-                vm_id: Some(101),
-                ip: Some("192.168.0.101".into()),
-                host_key: Some("SHA256:abc".into()),
-            };
-            store.append(id, 1, 2, &ev).unwrap();
-            store.set_vmid(id, 101).unwrap();
-            store
-                .finish(
-                    id,
-                    JobState::Failed,
-                    3,
-                    Some(VmOutcome::Kept),
-                    Some("x > y"),
-                )
-                .unwrap();
-            id
-        };
-        let store = Store::open(&path).unwrap();
-        assert_eq!(store.prune(3).unwrap(), 0, "it ended at 3: kept");
-        let job = store.job(id).unwrap().unwrap();
-        assert_eq!(job.state, JobState::Failed);
-        assert_eq!(job.vmid, Some(101));
-        assert_eq!(job.outcome, Some(VmOutcome::Kept));
-        assert_eq!(job.owner.as_deref(), Some("alice"));
-        let events = store.events(id, 0).unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].event.message, "[+] \"quoted\" ünïcode \\ back");
-        assert!(store.events(id, 1).unwrap().is_empty());
-        assert_eq!(store.last_seq(id).unwrap(), 1);
-        assert!(store.running_jobs().unwrap().is_empty());
-    }
+    /// A session's subject, if it has not ended by `now`.
+    fn session(&self, hash: &str, now: i64) -> Result<Option<(String, i64)>, StoreError>;
 
-    #[test]
-    fn a_database_from_before_host_keys_gains_the_column_and_keeps_its_events() {
-        let path = temp_db("migrate");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        {
-            let conn = Connection::open(&path).unwrap();
-            // The schema before identities; events without host_key.
-            let old = SCHEMA
-                .split("CREATE TABLE IF NOT EXISTS identities")
-                .next()
-                .unwrap();
-            conn.execute_batch(old).unwrap();
-            conn.execute_batch(
-                "INSERT INTO jobs (kind, state, title, created) VALUES ('install', 'succeeded', 't', 1);
-                 INSERT INTO events VALUES (1, 1, 1, 's', 'success', 'm', 101, '192.168.0.101');",
-            )
-            .unwrap();
-        }
-        let store = Store::open(&path).unwrap();
-        let events = store.events(1, 0).unwrap();
-        assert_eq!(events[0].event.ip.as_deref(), Some("192.168.0.101"));
-        assert_eq!(events[0].event.host_key, None);
-        let built = TemplateBuilt {
-            vmid: 9001,
-            image: "debian-12-generic-amd64.qcow2".into(),
-            built: 5,
-            job: 3,
-        };
-        store.record_template(&built).unwrap();
-        store
-            .record_template(&TemplateBuilt {
-                built: 6,
-                ..built.clone()
-            })
-            .unwrap();
-        assert_eq!(
-            store.templates().unwrap(),
-            [TemplateBuilt { built: 6, ..built }]
-        );
-        store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
-        store
-            .record_identity(107, "m2", "ssh-ed25519 K2", 3)
-            .unwrap();
-        assert_eq!(
-            store.identities().unwrap(),
-            vec![(107, "m2".to_string(), "ssh-ed25519 K2".to_string())]
-        );
-    }
+    /// Ends a session, and tells the others.
+    fn close_session(&self, hash: &str) -> Result<(), StoreError>;
 }

@@ -169,6 +169,22 @@ pub async fn process_server(data_dir: &std::path::Path, vars: &[(&str, &str)]) -
     }
 }
 
+/// A server process on exactly `env`, its log in `log_dir`, acting on the
+/// simulated cluster of `data_dir` (faults, commands behind its back): one
+/// of several replicas over one cluster.
+pub fn process_server_logged(
+    data_dir: &std::path::Path,
+    log_dir: &std::path::Path,
+    env: &[(String, String)],
+) -> Server {
+    let (child, url) = start_process(log_dir, env);
+    Server {
+        url,
+        data_dir: data_dir.to_path_buf(),
+        running: Handle::Process(child),
+    }
+}
+
 pub async fn server(vars: &[(&str, &str)]) -> Server {
     let data_dir = temp_dir("data");
     server_in(&data_dir, vars).await
@@ -538,7 +554,7 @@ pub async fn commands(server: &Server) -> Vec<String> {
 }
 
 /// Runs `pvedeck-sim <args>` on a cli server's simulated cluster.
-fn sim_command(server: &Server, args: &[&str]) {
+pub fn sim_command(server: &Server, args: &[&str]) {
     let out = std::process::Command::new(sim_binary())
         .args(args)
         .env_clear()

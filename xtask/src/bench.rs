@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod replicas;
+
 use crate::e2e::{Server, start_server};
 use crate::http::{self, Response};
 use crate::run::{Failed, output, step};
@@ -79,6 +81,11 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
             "signin",
             "OpenID Connect sign-in against the test provider",
             sign_in,
+        ),
+        (
+            "replicas",
+            "replicas on one PostgreSQL: installs, list, follow, kill -9",
+            replicas::replicas,
         ),
     ];
     for (name, title, bench) in benches {

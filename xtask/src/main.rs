@@ -184,7 +184,9 @@ fn test(root: &Path) -> Result<(), Failed> {
             || {
                 let mut args = vec!["test", "--release"];
                 args.extend(packages);
-                cargo(root, &args)
+                // `test_tools` installed PostgreSQL: a store test that
+                // cannot start it fails here rather than skipping.
+                run::cargo_env(root, &args, &[("PVEDECK_REQUIRE_POSTGRES", "1")])
             },
         )
     };
@@ -200,7 +202,14 @@ fn test(root: &Path) -> Result<(), Failed> {
             || {
                 let mut args = vec!["test", "--release"];
                 args.extend(SERVER);
-                run::cargo_env(root, &args, &[("PVEDECK_TEST_BACKEND", backend)])
+                run::cargo_env(
+                    root,
+                    &args,
+                    &[
+                        ("PVEDECK_TEST_BACKEND", backend),
+                        ("PVEDECK_REQUIRE_POSTGRES", "1"),
+                    ],
+                )
             },
         )?;
     }

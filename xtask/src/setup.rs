@@ -46,10 +46,31 @@ pub fn test_tools(root: &Path) -> Result<(), Failed> {
         .filter(|(file, _)| !Path::new(file).exists())
         .map(|(_, package)| *package)
         .collect();
+    let mut missing = missing;
+    // PostgreSQL for the shared store's tests: Debian keeps its programs
+    // under /usr/lib/postgresql/<version>/bin, whatever the version.
+    if !has_postgres() {
+        missing.push("postgresql");
+    }
     if !missing.is_empty() {
         apt_install(&missing)?;
     }
     npm_ci(root, "end2end")
+}
+
+/// Whether some `/usr/lib/postgresql/*/bin/initdb` is there (or `PG_BIN`
+/// names where it is).
+pub fn has_postgres() -> bool {
+    if let Some(dir) = std::env::var_os("PG_BIN") {
+        return Path::new(&dir).join("initdb").exists();
+    }
+    std::fs::read_dir("/usr/lib/postgresql")
+        .map(|versions| {
+            versions
+                .filter_map(Result::ok)
+                .any(|v| v.path().join("bin/initdb").exists())
+        })
+        .unwrap_or(false)
 }
 
 fn ensure_node() -> Result<(), Failed> {

@@ -10,10 +10,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod allow;
+mod database;
 pub mod oidc;
 pub mod pve_api;
 pub mod reference;
 pub mod sites;
+
+pub use database::{DatabaseUrl, mask_password};
 
 use pvedeck_domain::os::Os;
 pub use pvedeck_domain::rules::Limits;
@@ -242,6 +245,12 @@ pub struct Config {
     pub trusted_proxies: Proxies,
     /// `TLS_CERT_FILE` and `TLS_KEY_FILE`: HTTPS served by pvedeck itself.
     pub tls: Option<TlsFiles>,
+    /// `DATABASE_URL`: PostgreSQL instead of the embedded SQLite.
+    pub database_url: Option<DatabaseUrl>,
+    /// `REPLICA_NAME`: unset means one is made at start-up.
+    pub replica_name: Option<String>,
+    /// `JOB_LEASE_SECS`: how long a replica holds what it does not renew.
+    pub job_lease: Duration,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
@@ -661,6 +670,14 @@ impl<'a> Vars<'a> {
             })?,
         };
 
+        let database_url = match self.get("DATABASE_URL") {
+            None => None,
+            Some(url) => Some(DatabaseUrl::parse(url).map_err(|why| ConfigError::Invalid {
+                var: "DATABASE_URL".to_string(),
+                value: mask_password(url),
+                expected: why.to_string(),
+            })?),
+        };
         let tls = match (self.get("TLS_CERT_FILE"), self.get("TLS_KEY_FILE")) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some(TlsFiles {
@@ -806,6 +823,28 @@ impl<'a> Vars<'a> {
         };
 
         let sites = self.sites()?;
+        let replica_name = match self.get("REPLICA_NAME") {
+            None => None,
+            Some(name)
+                if !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+            {
+                Some(name.to_string())
+            }
+            Some(name) => {
+                return Err(invalid(
+                    "REPLICA_NAME",
+                    name,
+                    "is not a name: letters, digits, '.', '_', '-', at most 64",
+                ));
+            }
+        };
+        let job_lease = Duration::from_secs(u64::from(
+            self.u32_in("JOB_LEASE_SECS", 3, 600)?.unwrap_or(15),
+        ));
         let defaults = JobLimits::default();
         let job_limits = JobLimits {
             max_relayed: self
@@ -914,6 +953,9 @@ impl<'a> Vars<'a> {
             allow_ips,
             trusted_proxies,
             tls,
+            database_url,
+            replica_name,
+            job_lease,
             limits,
             vm_balloon_min_mb,
             max_overcommit,

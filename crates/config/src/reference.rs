@@ -114,6 +114,15 @@ pub const SETTINGS: &[Setting] = &[
          cache, and with `sim` the SSH key and the simulated cluster (`sim/`).",
     ),
     s(
+        "DATABASE_URL",
+        Server,
+        "unset: SQLite in `DATA_DIR/pvedeck.db`",
+        "`postgres://user:password@host:port/database`: everything pvedeck keeps (jobs, events, \
+         templates, users, tokens, owners, audit) lives in PostgreSQL instead, shared by every \
+         pvedeck process on the same URL ([Architecture: one store, two databases](architecture.md#one-store-two-databases)). \
+         Unreachable at start-up: exit 2, the password masked.",
+    ),
+    s(
         "LEPTOS_SITE_ROOT",
         Server,
         "`target/site`",
@@ -549,6 +558,23 @@ pub const SETTINGS: &[Setting] = &[
         "Live streams one client (an address, an IPv6 /64) holds of jobs it neither started nor \
          owns, 1–1000000; beyond, 503. The stream that starts a job and its owner's are never \
          refused ([Security: bounds](security.md#bounds)).",
+    ),
+    s(
+        "REPLICA_NAME",
+        Jobs,
+        "the host name and a random suffix",
+        "This process's name among the pvedeck processes sharing `DATABASE_URL`: what its jobs \
+         and reservations are held under, and what a takeover names. Letters, digits, `.`, `_`, \
+         `-`, at most 64.",
+    ),
+    s(
+        "JOB_LEASE_SECS",
+        Jobs,
+        "`15`",
+        "With `DATABASE_URL`: how long a replica's running jobs and VMID reservations stay its \
+         own without renewal (renewed every third of it), 3–600 s. A replica that stops renewing \
+         (killed, cut off) has its jobs taken over by another once it lapses \
+         ([Operations: replicas](operations.md#replicas)).",
     ),
     s(
         "SHUTDOWN_GRACE_SECS",

@@ -60,6 +60,9 @@ pub struct Timed {
     /// not count against their timeout.
     running: tokio::sync::Semaphore,
     observer: Arc<dyn CallObserver>,
+    /// Told of each change this port made (not of `note_change`): other
+    /// processes on the same cluster read it again.
+    announce: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Timed {
@@ -75,6 +78,7 @@ impl Timed {
             changes: AtomicU64::new(0),
             running: tokio::sync::Semaphore::new(max.max(1)),
             observer: Arc::new(Unobserved),
+            announce: None,
         }
     }
 
@@ -82,6 +86,19 @@ impl Timed {
     pub fn observed(mut self, observer: Arc<dyn CallObserver>) -> Timed {
         self.observer = observer;
         self
+    }
+
+    /// Calls `announce` after each change made through this port.
+    pub fn announcing(mut self, announce: Arc<dyn Fn() + Send + Sync>) -> Timed {
+        self.announce = Some(announce);
+        self
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        if let Some(announce) = &self.announce {
+            announce();
+        }
     }
 
     /// How many changes went through (or around, see `note_change`) the port.
@@ -103,7 +120,7 @@ impl Timed {
         call: impl Future<Output = Result<T, PveError>>,
     ) -> Result<T, PveError> {
         let result = self.within(class, operation, command, call).await;
-        self.note_change();
+        self.changed();
         result
     }
 
@@ -337,7 +354,7 @@ impl Timed {
     pub async fn task_end(&self, upid: &str, out: LineSink<'_>) -> Option<Result<(), PveError>> {
         let ended = self.pve.task_end(upid, out).await;
         if ended.is_some() {
-            self.changes.fetch_add(1, Ordering::SeqCst);
+            self.changed();
         }
         ended
     }

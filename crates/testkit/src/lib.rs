@@ -5,6 +5,8 @@
 //! first check of a parser to the code behind it — and the check of a
 //! document generated from the code ([`generated_file`]).
 
+pub mod postgres;
+
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
