@@ -550,9 +550,7 @@ fn a_postgres_session_is_read_by_every_store_and_closed_for_all() {
         .build()
         .unwrap();
     // The listener says it listens (a Resync) before anything is sent.
-    rt.block_on(async {
-        while heard.recv().await.unwrap() != Notice::Resync {}
-    });
+    rt.block_on(async { while heard.recv().await.unwrap() != Notice::Resync {} });
     let now = pvedeck_support::clock::now_ms();
     a.put_session("h1", "user:alice", now + 60_000).unwrap();
     assert_eq!(

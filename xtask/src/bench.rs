@@ -42,7 +42,7 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
     // `cargo xtask bench list-api large`: only those; none named, all.
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     type Bench = fn(&Path, &Path, &mut Vec<Figure>) -> Result<(), Failed>;
-    let benches: [(&str, &str, Bench); 11] = [
+    let benches: [(&str, &str, Bench); 12] = [
         (
             "list-sim",
             "list under load, simulated cluster in-process",

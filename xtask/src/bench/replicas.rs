@@ -34,7 +34,11 @@ fn cluster(root: &Path, dir: &Path, db: &str) -> Result<Cluster, Failed> {
     let (face, settings) = crate::e2e::start_sim_api(
         root,
         dir,
-        &[("SIM_API_MS", API_MS), ("SIM_SPEED", "20"), ("SIM_JITTER", "0")],
+        &[
+            ("SIM_API_MS", API_MS),
+            ("SIM_SPEED", "20"),
+            ("SIM_JITTER", "0"),
+        ],
     )?;
     // The cloud images from the simulator's own mirror, on loopback.
     let mut mirror = crate::e2e::binary(root, crate::e2e::SIM, dir);
@@ -144,7 +148,10 @@ fn arrivals(addr: &str, path: &str, body: Option<&str>) -> Result<Vec<(u64, Inst
     let mut seen = Vec::new();
     for line in BufReader::new(stream).lines() {
         let line = line.map_err(io("stream"))?;
-        if let Some(id) = line.strip_prefix("id: ").and_then(|v| v.trim().parse().ok()) {
+        if let Some(id) = line
+            .strip_prefix("id: ")
+            .and_then(|v| v.trim().parse().ok())
+        {
             seen.push((id, Instant::now()));
         }
     }
@@ -211,7 +218,9 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
     let (two, ids_two) = installs(&[b0.clone(), b1.clone()], 100)?;
     figure(
         figures,
-        format!("100 concurrent installs, one replica vs two on one PostgreSQL (API {API_MS} ms, SIM_SPEED=20)"),
+        format!(
+            "100 concurrent installs, one replica vs two on one PostgreSQL (API {API_MS} ms, SIM_SPEED=20)"
+        ),
         format!(
             "{:.1} s vs {:.1} s ({:.2}×); {} and {} distinct VMIDs",
             one.as_secs_f64(),
@@ -254,7 +263,10 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
             let mut seen = Vec::new();
             for line in BufReader::new(stream).lines() {
                 let line = line.map_err(io("stream"))?;
-                if let Some(id) = line.strip_prefix("id: ").and_then(|v| v.trim().parse::<u64>().ok()) {
+                if let Some(id) = line
+                    .strip_prefix("id: ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                {
                     seen.push((id, Instant::now()));
                 }
             }
@@ -284,7 +296,11 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
             "{} of {} events, {}; p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             there.len(),
             here.len(),
-            if in_order { "once each, in order" } else { "NOT in order" },
+            if in_order {
+                "once each, in order"
+            } else {
+                "NOT in order"
+            },
             percentile(&late, 0.5),
             percentile(&late, 0.99),
             late.last().copied().unwrap_or(f64::NAN)
@@ -343,8 +359,8 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
             .map_err(|_| Failed("a follower thread panicked".into()))??;
         slowest = slowest.max(took);
         let record = get(&c1, &format!("/api/jobs/{job}"))?;
-        let record: serde_json::Value = serde_json::from_str(&record.body)
-            .map_err(|e| Failed(format!("job {job}: {e}")))?;
+        let record: serde_json::Value =
+            serde_json::from_str(&record.body).map_err(|e| Failed(format!("job {job}: {e}")))?;
         let outcome = format!(
             "{} ({})",
             record["state"].as_str().unwrap_or("?"),
