@@ -1034,6 +1034,42 @@ mod tests {
         dir.join("jobs.db")
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_made_while_postgres_is_away_are_held_and_written_when_it_returns() {
+        let Some(mut pg) = pvedeck_testkit::postgres::Own::start() else {
+            return;
+        };
+        let store = crate::store::open(Location::Postgres(&pg.url())).unwrap();
+        let jobs = Jobs::on_store(store.clone(), JobLimits::default(), Replica::default()).unwrap();
+        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        job.emit(event(1));
+        jobs.flush().await.unwrap();
+
+        pg.stop();
+        job.emit(event(2));
+        job.emit(event(3));
+        job.finish(JobState::Succeeded, None, None);
+        let away = jobs.list(10).await.unwrap_err();
+        assert!(
+            away.is_unavailable(),
+            "a request needing it gets a 503: {away}"
+        );
+        let held = jobs.flush().await.unwrap_err();
+        assert!(held.is_unavailable(), "{held}");
+
+        pg.restart();
+        jobs.flush().await.unwrap();
+        let stored: Vec<u64> = store
+            .events(job.id(), 0)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(stored, [1, 2, 3], "nothing lost, in order");
+        let record = store.job(job.id()).unwrap().unwrap();
+        assert_eq!(record.state, JobState::Succeeded);
+    }
+
     async fn drain(mut rx: mpsc::Receiver<Update>) -> Vec<Update> {
         let mut out = Vec::new();
         while let Some(u) = rx.recv().await {

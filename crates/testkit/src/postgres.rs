@@ -108,80 +108,10 @@ impl Postgres {
     }
 
     fn start() -> Result<Postgres, String> {
-        let bin = bin_dir().ok_or(
-            "no /usr/lib/postgresql/*/bin/initdb (apt-get install postgresql, or set PG_BIN)",
-        )?;
-        let user = unprivileged();
-        let dir = std::env::temp_dir().join(format!(
-            "pvedeck-pg-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        ));
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-        if let Some((uid, gid)) = user {
-            for path in [&dir, &data] {
-                std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                    .map_err(|e| format!("chown {}: {e}", path.display()))?;
-            }
-        }
-        let out = as_postgres_user(&mut Command::new(bin.join("initdb")), user)
-            .args(["-D"])
-            .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .args(["--locale=C"])
-            .output()
-            .map_err(|e| format!("initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free port: {e}"))?
-            .port();
-        let mut child = as_postgres_user(&mut Command::new(bin.join("postgres")), user)
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(&dir)
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            // Tests want speed, not durability.
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off", "-c", "max_connections=300"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("postgres: {e}"))?;
-        let stderr = child.stderr.take().ok_or("postgres: no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let mut seen = Vec::new();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    let ready = line.contains("ready to accept connections");
-                    seen.push(line);
-                    if ready {
-                        break true;
-                    }
-                }
-                _ => break false,
-            }
-        };
-        if !ready {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("postgres did not start:\n{}", seen.join("\n")));
-        }
-        // Keep reading its log, or it blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let cluster = Cluster::init()?;
+        let child = cluster.launch()?;
         if let Ok(mut running) = RUNNING.lock() {
-            *running = Some((child, dir.clone()));
+            *running = Some((child, cluster.dir.clone()));
         }
         // SAFETY: `stop_at_exit` is a plain function that only takes a
         // mutex, signals and waits; registering it has no precondition.
@@ -189,9 +119,9 @@ impl Postgres {
             atexit(stop_at_exit);
         }
         Ok(Postgres {
-            bin,
-            dir,
-            port,
+            bin: cluster.bin,
+            dir: cluster.dir,
+            port: cluster.port,
             next: AtomicU32::new(0),
         })
     }
@@ -237,5 +167,183 @@ impl Postgres {
     /// Where the server keeps its data and socket.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// A server's files and port: made once by `initdb`, started (and, for
+/// [`Own`], stopped and started again) on them.
+struct Cluster {
+    /// Commits on disk before they return: a server stopped at once keeps
+    /// them (an [`Own`] one).
+    durable: bool,
+    bin: PathBuf,
+    user: Option<(u32, u32)>,
+    dir: PathBuf,
+    data: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    fn init() -> Result<Cluster, String> {
+        let bin = bin_dir().ok_or(
+            "no /usr/lib/postgresql/*/bin/initdb (apt-get install postgresql, or set PG_BIN)",
+        )?;
+        let user = unprivileged();
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "pvedeck-pg-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        if let Some((uid, gid)) = user {
+            for path in [&dir, &data] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                    .map_err(|e| format!("chown {}: {e}", path.display()))?;
+            }
+        }
+        let out = as_postgres_user(&mut Command::new(bin.join("initdb")), user)
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .args(["--locale=C"])
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free port: {e}"))?
+            .port();
+        Ok(Cluster {
+            durable: false,
+            bin,
+            user,
+            dir,
+            data,
+            port,
+        })
+    }
+
+    /// Starts `postgres` and waits for it to say it accepts connections.
+    fn launch(&self) -> Result<Child, String> {
+        let mut child = as_postgres_user(&mut Command::new(self.bin.join("postgres")), self.user)
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            // Tests want speed, not durability past a crash of the machine.
+            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+            .args([
+                "-c",
+                if self.durable {
+                    "synchronous_commit=on"
+                } else {
+                    "synchronous_commit=off"
+                },
+            ])
+            .args(["-c", "max_connections=300"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("postgres: {e}"))?;
+        let stderr = child.stderr.take().ok_or("postgres: no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    let ready = line.contains("ready to accept connections");
+                    seen.push(line);
+                    if ready {
+                        break true;
+                    }
+                }
+                _ => break false,
+            }
+        };
+        if !ready {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("postgres did not start:\n{}", seen.join("\n")));
+        }
+        // Keep reading its log, or it blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(child)
+    }
+}
+
+/// A server of one test's own, which the test may stop and start again
+/// (the database lost while pvedeck runs); stopped and removed when
+/// dropped.
+pub struct Own {
+    cluster: Cluster,
+    child: Option<Child>,
+}
+
+impl Own {
+    /// `None` (and a line on stderr) where PostgreSQL is not installed and
+    /// not required.
+    pub fn start() -> Option<Own> {
+        let started = Cluster::init().and_then(|mut cluster| {
+            cluster.durable = true;
+            let child = cluster.launch()?;
+            Ok(Own {
+                cluster,
+                child: Some(child),
+            })
+        });
+        match started {
+            Ok(own) => Some(own),
+            Err(why) if std::env::var_os("PVEDECK_REQUIRE_POSTGRES").is_some() => {
+                panic!("PostgreSQL is required (PVEDECK_REQUIRE_POSTGRES): {why}")
+            }
+            Err(why) => {
+                eprintln!("PostgreSQL tests skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// The `postgres` database's URL (the store makes its tables there).
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            self.cluster.port
+        )
+    }
+
+    /// Stops the server at once (SIGQUIT) and waits for it to go.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-QUIT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same files and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        match self.cluster.launch() {
+            Ok(child) => self.child = Some(child),
+            Err(why) => panic!("PostgreSQL did not start again: {why}"),
+        }
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.cluster.dir);
     }
 }
