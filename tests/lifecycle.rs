@@ -3,17 +3,7 @@
 
 mod common;
 
-use common::{Sse, post, post_json, post_sse};
-
-fn steps(events: &[Sse]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for e in events.iter().filter(|e| !e.is_close()) {
-        if out.last() != Some(&e.step()) {
-            out.push(e.step());
-        }
-    }
-    out
-}
+use common::{Sse, post, post_json, post_sse, steps};
 
 #[tokio::test]
 async fn preconditions_answer_like_go_pve_qemu() {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Lane, Sse, install};
+use common::{Lane, Sse, install, steps};
 
 /// Whether the backend makes a placed VM on the main node and migrates it:
 /// with `cli`, `qm disk import` reads pvedeck's image file on the main
@@ -27,17 +27,6 @@ fn check_migrations(commands: &[String], order: &[&str]) {
 }
 
 const AUTO: &str = r#"{"os":"debian","version":"12","name":"placed","node":"auto"}"#;
-
-/// The steps of a placed install, in the order they first appear.
-fn steps(events: &[Sse]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for e in events.iter().filter(|e| !e.is_close()) {
-        if out.last() != Some(&e.step()) {
-            out.push(e.step());
-        }
-    }
-    out
-}
 
 fn messages<'a>(events: &'a [Sse], step: &str) -> Vec<&'a str> {
     events

@@ -61,23 +61,6 @@ async fn job(server: &Server, id: u64) -> serde_json::Value {
     json(&format!("{}/api/jobs/{id}", server.url)).await
 }
 
-async fn follow(server: &Server, job: u64) -> reqwest::Response {
-    reqwest::get(format!("{}/api/jobs/{job}/events", server.url))
-        .await
-        .expect("follow")
-}
-
-/// Starts an install without reading its stream; its job id.
-async fn start_install(server: &Server) -> u64 {
-    let res = open_post(&format!("{}/api/vm/install", server.url), INSTALL).await;
-    assert_eq!(res.status().as_u16(), 200);
-    res.headers()
-        .get("x-job-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .expect("x-job-id")
-}
-
 fn words(events: &[Sse]) -> Vec<&str> {
     events.iter().map(Sse::message).collect()
 }
@@ -111,13 +94,8 @@ async fn installs_through_two_replicas_get_distinct_vmids_and_are_followed_from_
     // A follower on r1 of a job r0 runs sees what r0's own stream sees, in
     // order, once each.
     let res = open_post(&format!("{}/api/vm/install", servers[0].url), INSTALL).await;
-    let id: u64 = res
-        .headers()
-        .get("x-job-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .expect("x-job-id");
-    let elsewhere = follow(&servers[1], id).await;
+    let id = job_id(&res);
+    let elsewhere = follow(&servers[1].url, id).await;
     let (here, there) = tokio::join!(read_events(res, None), read_events(elsewhere, None));
     let ids = |events: &[Sse]| events.iter().filter_map(|e| e.id).collect::<Vec<_>>();
     assert!(there.last().is_some_and(Sse::is_close), "{there:#?}");
@@ -137,8 +115,8 @@ async fn a_killed_replicas_installs_are_taken_over_and_leave_no_half_made_vm() {
     sim_command(a, &["fault", SLOW_IMPORTS]);
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let id = start_install(a).await;
-        read_until(follow(a, id).await, |e| {
+        let id = start_install(&a.url, INSTALL).await;
+        read_until(follow(&a.url, id).await, |e| {
             e.message().contains("[*] import disk image")
         })
         .await;
@@ -147,7 +125,7 @@ async fn a_killed_replicas_installs_are_taken_over_and_leave_no_half_made_vm() {
     a.signal("KILL");
     let killed = std::time::Instant::now();
     for id in ids {
-        let events = read_events(follow(b, id).await, None).await;
+        let events = read_events(follow(&b.url, id).await, None).await;
         let said = words(&events);
         assert!(events.last().is_some_and(Sse::is_close), "{said:#?}");
         assert!(
@@ -175,31 +153,6 @@ async fn a_killed_replicas_installs_are_taken_over_and_leave_no_half_made_vm() {
     );
 }
 
-/// A server function call with a session cookie; the status, the
-/// `Set-Cookie` and the body.
-async fn call_fn(
-    url: &str,
-    name: &str,
-    body: &str,
-    session: Option<&str>,
-) -> (u16, Option<String>, String) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{url}/fn/{name}"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(id) = session {
-        req = req.header("cookie", format!("pvedeck_session={id}"));
-    }
-    let res = req.send().await.expect("request");
-    let status = res.status().as_u16();
-    let cookie = res
-        .headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    (status, cookie, res.text().await.expect("body"))
-}
-
 #[tokio::test]
 async fn a_login_on_one_replica_works_on_the_other_until_logout_and_changes_are_seen_there() {
     let Some(servers) = replicas("shared", 2, &[("API_TOKENS", TOKEN)]).await else {
@@ -209,12 +162,7 @@ async fn a_login_on_one_replica_works_on_the_other_until_logout_and_changes_are_
     let (_, cookie, body) =
         call_fn(&a.url, "login", &format!(r#"{{"token":"{TOKEN}"}}"#), None).await;
     let cookie = cookie.unwrap_or_else(|| panic!("no cookie: {body}"));
-    let session = cookie
-        .split(';')
-        .next()
-        .and_then(|kv| kv.split_once('='))
-        .map(|(_, v)| v.to_string())
-        .expect("session id");
+    let session = session_of(&cookie);
     let stop = r#"{"vmid":101,"action":"stop"}"#;
     let (_, _, body) = call_fn(&b.url, "action", stop, Some(&session)).await;
     assert!(

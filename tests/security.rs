@@ -176,31 +176,6 @@ async fn actions_apply_only_to_vms_pvedeck_manages_and_the_list_marks_the_others
     assert_eq!((status, body.as_str()), (200, "ok"));
 }
 
-/// A server function call, with the session cookie when given; the status,
-/// the `Set-Cookie` and the body.
-async fn call_fn(
-    url: &str,
-    name: &str,
-    body: &str,
-    session: Option<&str>,
-) -> (u16, Option<String>, String) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{url}/fn/{name}"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(id) = session {
-        req = req.header("cookie", format!("pvedeck_session={id}"));
-    }
-    let res = req.send().await.expect("request");
-    let status = res.status().as_u16();
-    let cookie = res
-        .headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    (status, cookie, res.text().await.expect("body"))
-}
-
 #[tokio::test]
 async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_limited() {
     const TOKEN: &str = "a-token-of-at-least-16-chars";
@@ -210,7 +185,7 @@ async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_
 
     // With ALLOW_IPS restricted, a wrong token used to be accepted.
     let (_, cookie, body) =
-        call_fn(url, "login", r#"{"token":"not-the-token-at-all"}"#, None).await;
+        common::call_fn(url, "login", r#"{"token":"not-the-token-at-all"}"#, None).await;
     assert!(cookie.is_none(), "{cookie:?}");
     assert!(
         body.contains("that token is not one of API_TOKENS"),
@@ -218,7 +193,8 @@ async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_
     );
     assert!(body.contains("401"), "{body}");
 
-    let (_, cookie, body) = call_fn(url, "login", &format!(r#"{{"token":"{TOKEN}"}}"#), None).await;
+    let (_, cookie, body) =
+        common::call_fn(url, "login", &format!(r#"{{"token":"{TOKEN}"}}"#), None).await;
     let cookie = cookie.unwrap_or_else(|| panic!("no cookie: {body}"));
     assert!(
         !cookie.contains(TOKEN),
@@ -228,32 +204,28 @@ async fn a_ui_login_opens_a_session_that_is_not_the_token_and_failed_logins_are_
         assert!(cookie.contains(part), "{part} missing: {cookie}");
     }
     assert!(!cookie.contains("Secure"), "no PUBLIC_URL=https: {cookie}");
-    let session = cookie
-        .split(';')
-        .next()
-        .and_then(|kv| kv.split_once('='))
-        .map(|(_, v)| v.to_string())
-        .expect("session id");
+    let session = common::session_of(&cookie);
     assert_eq!(session.len(), 64);
 
     // The session acts; without it, or after logout, nothing does.
-    let (status, _, body) = call_fn(url, "action", stop, None).await;
+    let (status, _, body) = common::call_fn(url, "action", stop, None).await;
     assert_eq!(status, 401, "{body}");
-    let (_, _, body) = call_fn(url, "action", stop, Some(&session)).await;
+    let (_, _, body) = common::call_fn(url, "action", stop, Some(&session)).await;
     assert!(body.contains("Ok"), "{body}");
-    let (_, cookie, _) = call_fn(url, "logout", "{}", Some(&session)).await;
+    let (_, cookie, _) = common::call_fn(url, "logout", "{}", Some(&session)).await;
     assert!(cookie.is_some_and(|c| c.contains("Max-Age=0")));
     let start = r#"{"vmid":101,"action":"start"}"#;
-    let (status, _, body) = call_fn(url, "action", start, Some(&session)).await;
+    let (status, _, body) = common::call_fn(url, "action", start, Some(&session)).await;
     assert_eq!(status, 401, "{body}");
 
     // Five failures a minute per address, then even the right token waits.
     for _ in 0..5 {
         let (_, _, body) =
-            call_fn(url, "login", r#"{"token":"guess-guess-guess-guess"}"#, None).await;
+            common::call_fn(url, "login", r#"{"token":"guess-guess-guess-guess"}"#, None).await;
         assert!(body.contains("401"), "{body}");
     }
-    let (_, cookie, body) = call_fn(url, "login", &format!(r#"{{"token":"{TOKEN}"}}"#), None).await;
+    let (_, cookie, body) =
+        common::call_fn(url, "login", &format!(r#"{{"token":"{TOKEN}"}}"#), None).await;
     assert!(cookie.is_none());
     assert!(
         body.contains("429") && body.contains("too many failed logins from 127.0.0.1"),

@@ -14,27 +14,12 @@ const INSTALL: &str = r#"{"os":"debian","version":"12"}"#;
 const SLOW_IMPORT: &str = r#"{"op":"importdisk","action":"delay","delay_ms":3600000,"times":1}"#;
 const SLOW_READY: &str = r#"{"op":"ssh-ready","action":"delay","delay_ms":3600000,"times":1}"#;
 
-/// Starts an install; its job id.
-async fn start_install(server: &Server) -> u64 {
-    let res = open_post(&format!("{}/api/vm/install", server.url), INSTALL).await;
-    assert_eq!(res.status().as_u16(), 200);
-    // The job goes on without this stream: it is followed below.
-    res.headers()
-        .get("x-job-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .expect("x-job-id")
-}
-
-async fn follow(server: &Server, job: u64) -> reqwest::Response {
-    reqwest::get(format!("{}/api/jobs/{job}/events", server.url))
-        .await
-        .expect("follow")
-}
-
 /// Follows a job until an event shows `text`.
 async fn wait_for(server: &Server, job: u64, text: &str) -> Vec<Sse> {
-    let events = read_until(follow(server, job).await, |e| e.message().contains(text)).await;
+    let events = read_until(follow(&server.url, job).await, |e| {
+        e.message().contains(text)
+    })
+    .await;
     assert!(
         events.last().is_some_and(|e| e.message().contains(text)),
         "no event with {text:?}: {events:#?}"
@@ -44,7 +29,7 @@ async fn wait_for(server: &Server, job: u64, text: &str) -> Vec<Sse> {
 
 /// The job's whole timeline, once it has ended.
 async fn to_the_end(server: &Server, job: u64) -> Vec<Sse> {
-    let events = read_events(follow(server, job).await, None).await;
+    let events = read_events(follow(&server.url, job).await, None).await;
     assert!(events.last().is_some_and(Sse::is_close), "{events:#?}");
     events
 }
@@ -102,7 +87,7 @@ async fn killed_at(
     let data = temp_dir("killed");
     let server = process_server(&data, &[]).await;
     fault(&server, fault_json).await;
-    let id = start_install(&server).await;
+    let id = start_install(&server.url, INSTALL).await;
     wait_for(&server, id, step_text).await;
     if task {
         task_recorded(&data, id).await;
@@ -171,9 +156,9 @@ async fn sigterm_past_the_grace_interrupts_the_install_with_its_cleanup() {
     let data = temp_dir("term-grace");
     let server = process_server(&data, &[("SHUTDOWN_GRACE_SECS", "0")]).await;
     fault(&server, SLOW_IMPORT).await;
-    let id = start_install(&server).await;
+    let id = start_install(&server.url, INSTALL).await;
     wait_for(&server, id, "[*] import disk image").await;
-    let stream = follow(&server, id).await;
+    let stream = follow(&server.url, id).await;
     server.signal("TERM");
     // The stream open at the signal gets the end of the job, then `close`.
     let events = read_events(stream, None).await;
@@ -205,7 +190,7 @@ async fn sigterm_refuses_new_jobs_and_lets_the_running_one_finish() {
     let data = temp_dir("term-finish");
     let server = process_server(&data, &[("SHUTDOWN_GRACE_SECS", "600")]).await;
     fault(&server, SLOW_IMPORT).await;
-    let id = start_install(&server).await;
+    let id = start_install(&server.url, INSTALL).await;
     wait_for(&server, id, "[*] import disk image").await;
     server.signal("TERM");
     wait_for(&server, id, "[*] pvedeck is stopping").await;
@@ -244,12 +229,7 @@ async fn a_start_whose_proxmox_task_outlives_pvedeck_ends_as_the_task_does() {
     )
     .await;
     let res = open_post(&format!("{u}/api/vm/{vmid}/start"), "").await;
-    let id: u64 = res
-        .headers()
-        .get("x-job-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .expect("x-job-id");
+    let id = job_id(&res);
     wait_for(&server, id, "[*] starting VM").await;
     task_recorded(&data, id).await;
     server.signal("KILL");

@@ -263,9 +263,11 @@ impl Pending {
             }
             self.writes.pop_front();
         }
-        if self.dropped == 0 {
-            tracing::info!("the database is back: every held write is written");
-        }
+        tracing::info!(
+            dropped = self.dropped,
+            "the database is back: the held writes are written"
+        );
+        self.dropped = 0;
     }
 }
 
@@ -447,7 +449,7 @@ impl Jobs {
         }
     }
 
-    /// Lets an install's `vmid` go, without waiting.
+    /// Lets an install's `vmid` go.
     pub fn release_vmid(&self, vmid: u32) {
         if self.store.shared()
             && let Err(e) = self.store.release_vmid(vmid, &self.replica.name)

@@ -851,3 +851,73 @@ pub fn sim_state(server: &Server) -> serde_json::Value {
     )
     .expect("sim state JSON")
 }
+
+/// The job a streamed answer (an install's, an action's) belongs to.
+pub fn job_id(res: &reqwest::Response) -> u64 {
+    res.headers()
+        .get("x-job-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("x-job-id")
+}
+
+/// Starts an install of `body` on `url` without reading its stream (the
+/// job goes on either way); its job id.
+pub async fn start_install(url: &str, body: &str) -> u64 {
+    let res = open_post(&format!("{url}/api/vm/install"), body).await;
+    assert_eq!(res.status().as_u16(), 200);
+    job_id(&res)
+}
+
+/// Job `job`'s event stream on `url`, from its first event.
+pub async fn follow(url: &str, job: u64) -> reqwest::Response {
+    reqwest::get(format!("{url}/api/jobs/{job}/events"))
+        .await
+        .expect("follow")
+}
+
+/// The steps of a timeline, in the order they first appear.
+pub fn steps(events: &[Sse]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for e in events.iter().filter(|e| !e.is_close()) {
+        if out.last() != Some(&e.step()) {
+            out.push(e.step());
+        }
+    }
+    out
+}
+
+/// A server function call, with the session cookie when given; the status,
+/// the `Set-Cookie` and the body.
+pub async fn call_fn(
+    url: &str,
+    name: &str,
+    body: &str,
+    session: Option<&str>,
+) -> (u16, Option<String>, String) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}/fn/{name}"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(id) = session {
+        req = req.header("cookie", format!("pvedeck_session={id}"));
+    }
+    let res = req.send().await.expect("request");
+    let status = res.status().as_u16();
+    let cookie = res
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (status, cookie, res.text().await.expect("body"))
+}
+
+/// The session id a `Set-Cookie` of a login carries.
+pub fn session_of(cookie: &str) -> String {
+    cookie
+        .split(';')
+        .next()
+        .and_then(|kv| kv.split_once('='))
+        .map(|(_, v)| v.to_string())
+        .expect("session id")
+}

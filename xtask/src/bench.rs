@@ -708,22 +708,18 @@ fn place_fifty(root: &Path, dir: &Path, ram_mb: u32) -> Result<(String, Vec<f64>
     Ok((parts.join("; "), off))
 }
 
-fn followers(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
-    let env = [("PVE_BACKEND", "sim"), ("SIM_SPEED", "1")];
-    let (server, addr) = start(root, dir, &env)?;
-    get(&addr, "/api/vm/list")?;
-    let idle = rss_kib(&server)?;
-    // A long install to follow: its stream is read only up to the job id.
-    let mut stream = TcpStream::connect(&addr).map_err(io("connect"))?;
-    let body = r#"{"os":"debian","version":"12"}"#;
+/// An install started on `addr`, read only up to its job id; the stream
+/// stays open (the job goes on either way).
+fn start_install(addr: &str) -> Result<(TcpStream, u64), Failed> {
+    let mut stream = http::connect(addr).map_err(Failed)?;
     write!(
         stream,
         "POST /api/vm/install HTTP/1.0\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
+         Content-Length: {}\r\n\r\n{DEBIAN_12}",
+        DEBIAN_12.len()
     )
     .map_err(io("send"))?;
-    let mut head = [0u8; 512];
+    let mut head = [0u8; 1024];
     let n = stream.read(&mut head).map_err(io("receive"))?;
     let head = String::from_utf8_lossy(&head[..n]);
     let job = head
@@ -731,9 +727,19 @@ fn followers(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), F
         .find_map(|l| {
             l.to_ascii_lowercase()
                 .strip_prefix("x-job-id: ")
-                .map(str::to_string)
+                .and_then(|v| v.trim().parse().ok())
         })
         .ok_or_else(|| Failed(format!("no job id in {head}")))?;
+    Ok((stream, job))
+}
+
+fn followers(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let env = [("PVE_BACKEND", "sim"), ("SIM_SPEED", "1")];
+    let (server, addr) = start(root, dir, &env)?;
+    get(&addr, "/api/vm/list")?;
+    let idle = rss_kib(&server)?;
+    // A long install to follow: its stream is read only up to the job id.
+    let (_install, job) = start_install(&addr)?;
     let mut follows = Vec::new();
     for _ in 0..1000 {
         let mut s = TcpStream::connect(&addr).map_err(io("connect"))?;

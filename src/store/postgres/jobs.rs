@@ -30,6 +30,18 @@ fn job_from_row(row: &Row) -> Result<Job, StoreError> {
     })
 }
 
+/// A running job's row with what it has at stake and the task it waits on.
+fn orphan_from_row(row: &Row) -> Result<Orphan, StoreError> {
+    let job = job_from_row(row)?;
+    let on_stop: Option<String> = get(row, "on_stop")?;
+    let stake = Stake::from_columns(job.vmid, get(row, "node")?, on_stop.as_deref());
+    Ok(Orphan {
+        job,
+        stake,
+        task: get(row, "task")?,
+    })
+}
+
 fn jobs_from_rows(rows: Vec<Row>) -> Result<Vec<Job>, StoreError> {
     rows.iter().map(job_from_row).collect()
 }
@@ -107,15 +119,8 @@ impl JobStore for PgStore {
         let mut taken = rows
             .iter()
             .map(|row| {
-                let job = job_from_row(row)?;
-                let on_stop: Option<String> = get(row, "on_stop")?;
-                let stake = Stake::from_columns(job.vmid, get(row, "node")?, on_stop.as_deref());
                 Ok(Taken {
-                    orphan: Orphan {
-                        job,
-                        stake,
-                        task: get(row, "task")?,
-                    },
+                    orphan: orphan_from_row(row)?,
                     from: get(row, "previous")?,
                     lapsed: get(row, "lapsed")?,
                 })
@@ -144,11 +149,10 @@ impl JobStore for PgStore {
     }
 
     fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError> {
-        // From a reservation's drop: the caller does not wait.
-        self.fire(
+        self.execute(
             "DELETE FROM vmid_reservations WHERE vmid = $1 AND replica = $2",
             vec![int(vmid), param(replica.to_string())],
-        );
+        )?;
         Ok(())
     }
 
@@ -236,18 +240,7 @@ impl JobStore for PgStore {
             format!("{JOB_COLUMNS} WHERE state = $1 ORDER BY id"),
             vec![param(word(&JobState::Running))],
         )?;
-        rows.iter()
-            .map(|row| {
-                let job = job_from_row(row)?;
-                let on_stop: Option<String> = get(row, "on_stop")?;
-                let stake = Stake::from_columns(job.vmid, get(row, "node")?, on_stop.as_deref());
-                Ok(Orphan {
-                    job,
-                    stake,
-                    task: get(row, "task")?,
-                })
-            })
-            .collect()
+        rows.iter().map(orphan_from_row).collect()
     }
 
     fn set_stake(&self, id: u64, stake: Option<&Stake>) -> Result<(), StoreError> {

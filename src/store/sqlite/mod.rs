@@ -126,6 +126,19 @@ fn job_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     })
 }
 
+/// A running job's row with what it has at stake and the task it waits on.
+fn orphan_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Orphan> {
+    let job = job_from_row(row)?;
+    let node: Option<String> = row.get("node")?;
+    let on_stop: Option<String> = row.get("on_stop")?;
+    let stake = Stake::from_columns(job.vmid, node, on_stop.as_deref());
+    Ok(Orphan {
+        job,
+        stake,
+        task: row.get("task")?,
+    })
+}
+
 impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent() {
@@ -214,16 +227,8 @@ impl JobStore for SqliteStore {
                  AND (?2 OR lease_until IS NULL OR lease_until < ?3) ORDER BY id",
             )?;
             let rows = stmt.query_map(params![word(&JobState::Running), every, now], |row| {
-                let job = job_from_row(row)?;
-                let node: Option<String> = row.get("node")?;
-                let on_stop: Option<String> = row.get("on_stop")?;
-                let stake = Stake::from_columns(job.vmid, node, on_stop.as_deref());
                 Ok(Taken {
-                    orphan: Orphan {
-                        job,
-                        stake,
-                        task: row.get("task")?,
-                    },
+                    orphan: orphan_from_row(row)?,
                     from: row.get("replica")?,
                     lapsed: row.get("lease_until")?,
                 })
@@ -341,14 +346,7 @@ impl JobStore for SqliteStore {
     fn running_jobs(&self) -> Result<Vec<Orphan>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT * FROM jobs WHERE state = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([word(&JobState::Running)], |row| {
-            let job = job_from_row(row)?;
-            let node: Option<String> = row.get("node")?;
-            let on_stop: Option<String> = row.get("on_stop")?;
-            let stake = Stake::from_columns(job.vmid, node, on_stop.as_deref());
-            let task: Option<String> = row.get("task")?;
-            Ok(Orphan { job, stake, task })
-        })?;
+        let rows = stmt.query_map([word(&JobState::Running)], orphan_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -519,6 +517,7 @@ mod tests {
         let events = store.events(1, 0).unwrap();
         assert_eq!(events[0].event.ip.as_deref(), Some("192.168.0.101"));
         assert_eq!(events[0].event.host_key, None);
+        // The tables added since are there (their rules: src/store/tests.rs).
         let built = TemplateBuilt {
             vmid: 9001,
             image: "debian-12-generic-amd64.qcow2".into(),
@@ -526,23 +525,8 @@ mod tests {
             job: 3,
         };
         store.record_template(&built).unwrap();
-        store
-            .record_template(&TemplateBuilt {
-                built: 6,
-                ..built.clone()
-            })
-            .unwrap();
-        assert_eq!(
-            store.templates().unwrap(),
-            [TemplateBuilt { built: 6, ..built }]
-        );
+        assert_eq!(store.templates().unwrap(), [built]);
         store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
-        store
-            .record_identity(107, "m2", "ssh-ed25519 K2", 3)
-            .unwrap();
-        assert_eq!(
-            store.identities().unwrap(),
-            vec![(107, "m2".to_string(), "ssh-ed25519 K2".to_string())]
-        );
+        assert_eq!(store.identities().unwrap().len(), 1);
     }
 }

@@ -131,56 +131,27 @@ fn installs(addrs: &[String], count: usize) -> Result<(Duration, Vec<String>), F
     Ok((wall, vmids))
 }
 
-/// A job's stream from `path` on `addr`: `(event id, when it arrived)` of
-/// each event, to its end.
-fn arrivals(addr: &str, path: &str, body: Option<&str>) -> Result<Vec<(u64, Instant)>, Failed> {
+/// Job `job`'s event stream on `addr` to its end: `(event id, when it
+/// arrived)` of each event.
+fn arrivals(addr: &str, job: u64) -> Result<Vec<(u64, Instant)>, Failed> {
     let mut stream = http::connect(addr).map_err(Failed)?;
-    match body {
-        Some(body) => write!(
-            stream,
-            "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-        None => write!(stream, "GET {path} HTTP/1.0\r\n\r\n"),
-    }
-    .map_err(io("send"))?;
+    write!(stream, "GET /api/jobs/{job}/events HTTP/1.0\r\n\r\n").map_err(io("send"))?;
+    timed_ids(stream)
+}
+
+/// Reads an event stream to its end, noting when each event id arrived.
+fn timed_ids(stream: TcpStream) -> Result<Vec<(u64, Instant)>, Failed> {
     let mut seen = Vec::new();
     for line in BufReader::new(stream).lines() {
         let line = line.map_err(io("stream"))?;
         if let Some(id) = line
             .strip_prefix("id: ")
-            .and_then(|v| v.trim().parse().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
         {
             seen.push((id, Instant::now()));
         }
     }
     Ok(seen)
-}
-
-/// An install started on `addr`, read only up to its job id; the stream
-/// stays open (the job goes on either way).
-fn start_install(addr: &str) -> Result<(TcpStream, u64), Failed> {
-    let mut stream = http::connect(addr).map_err(Failed)?;
-    write!(
-        stream,
-        "POST /api/vm/install HTTP/1.0\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{DEBIAN_12}",
-        DEBIAN_12.len()
-    )
-    .map_err(io("send"))?;
-    let mut head = [0u8; 1024];
-    let n = stream.read(&mut head).map_err(io("receive"))?;
-    let head = String::from_utf8_lossy(&head[..n]);
-    let job = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("x-job-id: ")
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .ok_or_else(|| Failed(format!("no job id in {head}")))?;
-    Ok((stream, job))
 }
 
 /// Reads job `id`'s events on `addr` until one's message holds `text`.
@@ -260,23 +231,13 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
         std::thread::spawn(move || {
             let (stream, job) = start_install(&b0)?;
             let _ = tx.send(job);
-            let mut seen = Vec::new();
-            for line in BufReader::new(stream).lines() {
-                let line = line.map_err(io("stream"))?;
-                if let Some(id) = line
-                    .strip_prefix("id: ")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                {
-                    seen.push((id, Instant::now()));
-                }
-            }
-            Ok::<_, Failed>(seen)
+            timed_ids(stream)
         })
     };
     let job = rx
         .recv()
         .map_err(|_| Failed("the install did not start".into()))?;
-    let there = arrivals(&b1, &format!("/api/jobs/{job}/events"), None)?;
+    let there = arrivals(&b1, job)?;
     let here = starter
         .join()
         .map_err(|_| Failed("the install thread panicked".into()))??;
@@ -345,7 +306,7 @@ pub(super) fn replicas(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Re
         .map(|job| {
             let (c1, job) = (c1.clone(), *job);
             std::thread::spawn(move || {
-                arrivals(&c1, &format!("/api/jobs/{job}/events"), None)?;
+                arrivals(&c1, job)?;
                 Ok::<_, Failed>((job, at_kill.elapsed()))
             })
         })
