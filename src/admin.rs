@@ -67,7 +67,25 @@ pub enum TokenCommand {
 #[derive(Debug, Subcommand)]
 pub enum VmCommand {
     /// Gives a VM to a user.
-    Assign { vmid: u32, user: String },
+    Assign {
+        vmid: u32,
+        user: String,
+        /// The VM's cluster (`CLUSTERS`); the default one when absent.
+        #[arg(long)]
+        cluster: Option<String>,
+    },
+}
+
+/// The cluster `/api/vm/:id` means: the first of `CLUSTERS`, or the one
+/// cluster's name without it.
+fn default_cluster() -> String {
+    std::env::var("CLUSTERS")
+        .ok()
+        .and_then(|names| {
+            let first = names.split(',').next()?.trim().to_string();
+            (!first.is_empty()).then_some(first)
+        })
+        .unwrap_or_else(|| pvedeck_config::clusters::DEFAULT.to_string())
 }
 
 /// What a command prints: on stdout, and on stderr.
@@ -153,13 +171,23 @@ pub fn run(location: Location<'_>, command: Admin) -> Result<Printed, AccountErr
             let user = accounts::revoke_token(store, &by, &id, now)?;
             printed.out = format!("token {id} of {user} revoked\n");
         }
-        Admin::Vm(VmCommand::Assign { vmid, user }) => {
+        Admin::Vm(VmCommand::Assign {
+            vmid,
+            user,
+            cluster,
+        }) => {
             if !(100..=999_999_999).contains(&vmid) {
                 return Err(AccountError::Bad(format!(
                     "invalid VM id '{vmid}': a VMID is a number from 100"
                 )));
             }
-            accounts::assign(store, &by, vmid, &user, now)?;
+            let cluster = cluster.unwrap_or_else(default_cluster);
+            if !pvedeck_config::clusters::is_cluster_name(&cluster) {
+                return Err(AccountError::Bad(format!(
+                    "invalid cluster '{cluster}': letters and digits, from a letter"
+                )));
+            }
+            accounts::assign(store, &by, &cluster, vmid, &user, now)?;
             printed.out = format!("VM {vmid} assigned to {user}\n");
         }
     }
@@ -237,6 +265,7 @@ mod tests {
             Admin::Vm(VmCommand::Assign {
                 vmid: 101,
                 user: "bob".into(),
+                cluster: None,
             }),
         );
         assert_eq!(assign.unwrap_err().to_string(), "no user 'bob'");

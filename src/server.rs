@@ -17,7 +17,7 @@ use pvedeck_support::clock::Clock;
 use tokio::net::TcpListener;
 
 use crate::api::{self, AppState};
-use crate::engine::{Engine, Parts};
+use crate::engine::{Clusters, Engine, Parts};
 use crate::jobs::Jobs;
 
 #[derive(Debug, thiserror::Error)]
@@ -148,13 +148,16 @@ pub fn build(config: Config) -> Result<Router, StartError> {
 /// `api` backend, a wrong certificate, token or privilege stops the start
 /// with what to change.
 async fn preflight(config: &Config) -> Result<(), StartError> {
-    if config.backend != BackendKind::Api {
-        return Ok(());
+    for cluster in std::iter::once(config).chain(config.other_clusters.iter()) {
+        if cluster.backend != BackendKind::Api {
+            continue;
+        }
+        api_backend(cluster)?
+            .preflight(cluster)
+            .await
+            .map_err(StartError::Preflight)?;
     }
-    api_backend(config)?
-        .preflight(config)
-        .await
-        .map_err(StartError::Preflight)
+    Ok(())
 }
 
 fn api_backend(config: &Config) -> Result<pvedeck_proxmox::api::backend::ApiBackend, StartError> {
@@ -168,17 +171,21 @@ fn api_backend(config: &Config) -> Result<pvedeck_proxmox::api::backend::ApiBack
     ))
 }
 
-/// The application and its engine (which the SIGTERM sequence stops). The
-/// jobs a killed predecessor left running are reconciled from here on.
-fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
-    let config = Arc::new(config);
-    let web = Http::new()?;
+/// One cluster's way to Proxmox: its backend, where its images come from,
+/// its clock, and the simulated cluster when it is one.
+type Backend = (
+    Arc<dyn Pve>,
+    Arc<dyn Mirror>,
+    Clock,
+    Option<Arc<SimCluster>>,
+);
+
+fn backend(config: &Config, web: &Http) -> Result<Backend, StartError> {
     // The simulated cluster brings its own clock and internet; a real one
     // runs on wall-clock time and the web.
-    let (pve, mirror, clock, sim): (Arc<dyn Pve>, Arc<dyn Mirror>, Clock, _) = match config.backend
-    {
+    Ok(match config.backend {
         BackendKind::Sim => {
-            let sim = Arc::new(SimCluster::open(&config)?);
+            let sim = Arc::new(SimCluster::open(config)?);
             let names = sim.node_names();
             if !names.contains(&config.main_node) {
                 return Err(StartError::NoSuchSimNode(
@@ -187,12 +194,13 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
                 ));
             }
             let clock = Clock::new(config.sim_speed);
-            let internet = SimInternet::new(clock, web, config.image_base.values().cloned());
+            let internet =
+                SimInternet::new(clock, web.clone(), config.image_base.values().cloned());
             (sim.clone(), Arc::new(internet), clock, Some(sim))
         }
         BackendKind::Cli => (
-            Arc::new(pvedeck_proxmox::cli::CliBackend::new(&config)),
-            Arc::new(web),
+            Arc::new(pvedeck_proxmox::cli::CliBackend::new(config)),
+            Arc::new(web.clone()),
             Clock::real(),
             None,
         ),
@@ -200,15 +208,29 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             let settings = config.pve_api.as_ref().ok_or(StartError::NoApiSettings)?;
             if matches!(settings.trust, pvedeck_config::pve_api::Trust::Insecure) {
                 tracing::warn!(
+                    cluster = config.cluster,
                     "PVE_API_INSECURE=1: the Proxmox API's certificate is not checked; whoever \
                      answers at {} gets the API token. Set PVE_API_FINGERPRINT instead.",
                     settings.url
                 );
             }
-            let backend = api_backend(&config)?;
-            (Arc::new(backend), Arc::new(web), Clock::real(), None)
+            let backend = api_backend(config)?;
+            (
+                Arc::new(backend),
+                Arc::new(web.clone()),
+                Clock::real(),
+                None,
+            )
         }
-    };
+    })
+}
+
+/// The application and its clusters' engines (which the SIGTERM sequence
+/// stops). The jobs a killed predecessor left running are reconciled from
+/// here on.
+fn assemble(config: Config) -> Result<(Router, Arc<Clusters>), StartError> {
+    let config = Arc::new(config);
+    let web = Http::new()?;
     let sqlite = config.data_dir.join("pvedeck.db");
     let store = crate::store::open(match &config.database_url {
         Some(url) => crate::store::Location::Postgres(url.expose()),
@@ -230,10 +252,6 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
         );
     }
     let jobs = Jobs::on_store(store, config.job_limits, replica)?;
-    let directory = Arc::new(crate::engine::directory::Directory::open(
-        jobs.store().clone(),
-    )?);
-    directory.start_refresher();
     let audit_cut =
         pvedeck_support::clock::now_ms() - i64::from(config.audit_keep_days) * 86_400_000;
     let pruned = jobs.store().prune_audit(audit_cut)?;
@@ -244,28 +262,60 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             "old audit entries removed"
         );
     }
-    let engine = Arc::new(Engine::new(
-        config.clone(),
-        Parts {
-            pve,
-            mirror,
-            clock,
-            jobs,
-            directory,
-            oidc: config
-                .oidc
-                .clone()
-                .map(crate::engine::signin::Oidc::new)
-                .transpose()?,
-            image_policy: image_policy(&config)?,
-        },
-    ));
-    engine.adopt_owners();
-    let orphans = engine.reconcile()?;
-    if orphans > 0 {
-        tracing::warn!(orphans, "reconciling jobs a previous process left running");
+    let image_policy = image_policy(&config)?;
+    let mut oidc = config
+        .oidc
+        .clone()
+        .map(crate::engine::signin::Oidc::new)
+        .transpose()?;
+    let each =
+        std::iter::once(config.clone()).chain(config.other_clusters.iter().cloned().map(Arc::new));
+    let mut engines = Vec::new();
+    let mut sims = BTreeMap::new();
+    for cluster in each {
+        let (pve, mirror, clock, sim) = backend(&cluster, &web)?;
+        if let Some(sim) = sim {
+            sims.insert(cluster.cluster.clone(), sim);
+        }
+        let directory = Arc::new(crate::engine::directory::Directory::open(
+            jobs.store().clone(),
+            &cluster.cluster,
+        )?);
+        directory.start_refresher();
+        let engine = Arc::new(Engine::new(
+            cluster.clone(),
+            Parts {
+                pve,
+                mirror,
+                clock,
+                jobs: jobs.clone(),
+                directory,
+                // Sign-in is the default cluster's, for all of them.
+                oidc: oidc.take(),
+                image_policy: image_policy.clone(),
+            },
+        ));
+        engine.adopt_owners();
+        let orphans = engine.reconcile()?;
+        if orphans > 0 {
+            tracing::warn!(
+                orphans,
+                cluster = cluster.cluster,
+                "reconciling jobs a previous process left running"
+            );
+        }
+        engine.start_replica();
+        engines.push(engine);
     }
-    engine.start_replica();
+    if !config.other_clusters.is_empty() {
+        let names: Vec<&str> = engines
+            .iter()
+            .map(|e| e.config().cluster.as_str())
+            .collect();
+        tracing::info!(clusters = %names.join(", "), "serving several clusters");
+    }
+    let clusters = Arc::new(Clusters::new(engines)?);
+    let engine = clusters.first().clone();
 
     let leptos = LeptosOptions::builder()
         .output_name(OUTPUT_NAME)
@@ -275,11 +325,15 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
     let state = AppState {
         leptos: leptos.clone(),
         engine: engine.clone(),
+        clusters: clusters.clone(),
         config,
-        sim,
+        sims: Arc::new(sims),
     };
 
-    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(engine.clone())));
+    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(
+        engine.clone(),
+        clusters.clone(),
+    )));
     let context = move || {
         provide_context(backend.clone());
         // The page's nonce, the one its Content-Security-Policy names
@@ -323,7 +377,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Engine>), StartError> {
             api::middleware::log_request,
         ))
         .with_state(state);
-    Ok((router, engine))
+    Ok((router, clusters))
 }
 
 /// The address to print for people: a wildcard bind is reachable on loopback.
@@ -435,8 +489,21 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     preflight(&config).await?;
     let https = config.tls.is_some();
     let listening = Listening::new(listener, &config)?;
-    let (router, engine) = assemble(config)?;
-    for (level, note) in engine.startup_notes().await {
+    let (router, clusters) = assemble(config)?;
+    let mut notes = Vec::new();
+    for engine in clusters.all() {
+        let several = clusters.all().len() > 1;
+        for (level, note) in engine.startup_notes().await {
+            notes.push(match several {
+                true => (
+                    level,
+                    format!("cluster {}: {note}", engine.config().cluster),
+                ),
+                false => (level, note),
+            });
+        }
+    }
+    for (level, note) in notes {
         match level {
             crate::engine::startup::Level::Warning => {
                 eprintln!("WARNING: {note}");
@@ -458,7 +525,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         let stopped = stopped.clone();
         async move {
             shutdown_signal().await;
-            engine.shut_down().await;
+            futures_util::future::join_all(clusters.all().iter().map(|e| e.shut_down())).await;
             stopped.notify_one();
         }
     };

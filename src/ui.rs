@@ -16,9 +16,11 @@ use pvedeck_domain::types::{
 };
 
 use crate::api::status_of;
-use crate::engine::{Actor, Command, Engine, EngineError, TemplateCommand};
+use crate::engine::{Actor, Clusters, Command, Engine, EngineError, TemplateCommand};
 
-pub struct UiBackend(pub Arc<Engine>);
+/// The default cluster's engine (sign-in, people, the VM pages) and every
+/// cluster's (the overview, installs).
+pub struct UiBackend(pub Arc<Engine>, pub Arc<Clusters>);
 
 fn ui(e: EngineError) -> UiError {
     let (status, message) = status_of(&e);
@@ -94,12 +96,12 @@ impl Backend for UiBackend {
         page: usize,
     ) -> Result<Overview, UiError> {
         let actor = actor(&caller);
-        let listing = self.0.list_for(&actor, filter).await.map_err(ui)?;
+        let listing = self.1.list_for(&actor, filter).await.map_err(ui)?;
         // The node figures are over all VMs, whatever the table shows.
         let all = match filter {
             ListFilter::All => listing.listed.clone(),
             _ => {
-                self.0
+                self.1
                     .list_for(&actor, ListFilter::All)
                     .await
                     .map_err(ui)?
@@ -132,6 +134,10 @@ impl Backend for UiBackend {
                 .iter()
                 .map(|hour| app::charts::sparks(hour))
                 .collect(),
+            clusters: match self.1.all().len() {
+                1 => Vec::new(),
+                _ => self.1.states(),
+            },
         })
     }
 
@@ -162,7 +168,8 @@ impl Backend for UiBackend {
     async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError> {
         let actor = self.authorize(&caller)?;
         let request = self.check(body)?;
-        self.0.install_as(&actor, request).await.map_err(ui)
+        let (_, job) = self.1.install_as(&actor, request).await.map_err(ui)?;
+        Ok(job)
     }
 
     async fn action(

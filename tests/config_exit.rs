@@ -100,3 +100,32 @@ fn an_unreachable_database_stops_the_server_with_exit_code_2_and_no_password() {
         "the password is never shown: {all}"
     );
 }
+
+#[test]
+fn an_incomplete_cluster_is_refused_naming_its_variable() {
+    let dir = workdir("clusters");
+    let out = run(
+        &dir,
+        &[
+            ("CLUSTERS", "east,west"),
+            ("CLUSTER_west_PVE_BACKEND", "api"),
+            ("CLUSTER_west_GATEWAY", "10.0.0.1"),
+            ("CLUSTER_west_MAIN_NODE", "pve1"),
+            ("CLUSTER_west_ASSIGN_STORAGE", "local-lvm"),
+            ("HOME", "/root"),
+        ],
+    );
+    assert_eq!(
+        refused(&out),
+        "CLUSTER_west_PVE_API_URL is not set: required when PVE_BACKEND=api (https://<node>:8006) \
+         (cluster west)"
+    );
+    let out = run(
+        &dir,
+        &[("CLUSTERS", "east,west"), ("CLUSTER_west_PORT", "81")],
+    );
+    assert!(
+        refused(&out).starts_with("CLUSTER_west_PORT=81 is not a per-cluster setting"),
+        "{out:?}"
+    );
+}

@@ -247,8 +247,10 @@ async fn a_fresh_database_reads_owners_back_from_the_vms_notes() {
     // The owners forgotten, as in a database made anew.
     let store =
         pvedeck::store::open(pvedeck::store::Location::Sqlite(&data.join("pvedeck.db"))).unwrap();
-    store.remove_owner(u32::try_from(vmid).unwrap()).unwrap();
-    assert!(store.owners().unwrap().is_empty());
+    store
+        .remove_owner("default", u32::try_from(vmid).unwrap())
+        .unwrap();
+    assert!(store.owners("default").unwrap().is_empty());
     drop(store);
     let server = common::server_in(&data, &[]).await;
     eventually(&format!("VM {vmid} comes back to alice"), || async {

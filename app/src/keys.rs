@@ -19,7 +19,15 @@ pub fn hash(value: impl Hash) -> u64 {
 
 pub fn vm(vm: &VmSummary) -> u64 {
     hash((
-        (vm.vmid, &vm.name, &vm.os, vm.running, &vm.node, vm.cpu),
+        (
+            &vm.cluster,
+            vm.vmid,
+            &vm.name,
+            &vm.os,
+            vm.running,
+            &vm.node,
+            vm.cpu,
+        ),
         (
             vm.disk.to_bits(),
             vm.memory.to_bits(),
@@ -43,7 +51,9 @@ pub fn node_card((n, spark): &(NodeSummary, Option<NodeSpark>)) -> u64 {
 
 pub fn node(n: &NodeSummary) -> u64 {
     hash((
-        (&n.node, n.running, n.max_cpu, &n.status, n.vcpus, n.vms),
+        (
+            &n.cluster, &n.node, n.running, n.max_cpu, &n.status, n.vcpus, n.vms,
+        ),
         (n.max_memory.to_bits(), n.cpu.to_bits(), n.memory.to_bits()),
         (
             n.memory_used.to_bits(),
@@ -78,6 +88,7 @@ mod tests {
 
     fn sample() -> VmSummary {
         VmSummary {
+            cluster: "default".into(),
             vmid: 101,
             name: "web".into(),
             os: "debian".into(),

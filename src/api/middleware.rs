@@ -222,7 +222,9 @@ pub async fn identify(State(state): State<AppState>, mut req: Request, next: Nex
         .into_response();
     }
     // The counters and the simulator's controls are the whole server's.
-    if (path == "/metrics" || path.starts_with("/api/sim/"))
+    let sim_control = path.starts_with("/api/sim/")
+        || (path.starts_with("/api/clusters/") && path.split('/').nth(4) == Some("sim"));
+    if (path == "/metrics" || sim_control)
         && let Err(e) = crate::engine::tenancy::admins_only(&actor, &path)
     {
         return ApiError::from(e).into_response();

@@ -4,6 +4,7 @@
 mod audit;
 pub mod auth;
 mod body;
+mod cluster;
 mod cross_site;
 mod error;
 pub mod headers;
@@ -35,6 +36,20 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(openapi::openapi))
         .route("/vm/list", get(vm::list))
         .route("/vm/install", post(vm::install))
+        .route("/clusters", get(vm::clusters))
+        .route("/jobs", get(jobs::list))
+        .route("/jobs/{id}", get(jobs::show))
+        .route("/jobs/{id}/events", get(jobs::events))
+        .route("/audit", get(audit::list))
+        .merge(cluster_routes())
+        .nest("/clusters/{cluster}", cluster_routes())
+        .fallback(not_found)
+}
+
+/// The routes of one cluster's VMs, templates and simulator: at `/api/…`
+/// the default cluster's, at `/api/clusters/:cluster/…` any one's.
+fn cluster_routes() -> Router<AppState> {
+    Router::new()
         .route("/vm/{id}/status", get(vm::status))
         .route("/vm/{id}/start", post(vm::start))
         .route("/vm/{id}/stop", post(vm::stop))
@@ -48,10 +63,6 @@ pub fn router() -> Router<AppState> {
         .route("/templates", get(templates::list).post(templates::build))
         .route("/templates/{id}", delete(templates::delete))
         .route("/templates/{id}/rebuild", post(templates::rebuild))
-        .route("/jobs", get(jobs::list))
-        .route("/jobs/{id}", get(jobs::show))
-        .route("/jobs/{id}/events", get(jobs::events))
-        .route("/audit", get(audit::list))
         .route("/sim/node/{node}/{state}", post(sim::set_node_state))
         .route(
             "/sim/faults",
@@ -63,7 +74,6 @@ pub fn router() -> Router<AppState> {
         .route("/sim/firewall/{state}", post(sim::set_firewall))
         .route("/sim/claim/{vmid}/{ip}", post(sim::claim))
         .route("/sim/vm/{vmid}/set", post(sim::set_behind))
-        .fallback(not_found)
 }
 
 /// Liveness.

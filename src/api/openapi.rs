@@ -16,7 +16,7 @@ use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode, 
 use pvedeck_domain::rules::{
     DEFAULT_CPU, DEFAULT_DISK_GB, DEFAULT_RAM_MB, Limits, MIN_RAM_MB, VMID_ADDRESSES,
 };
-use pvedeck_domain::types::{Job, JobDetail, StepEvent, TemplateInfo, VmList};
+use pvedeck_domain::types::{ClusterInfo, Job, JobDetail, StepEvent, TemplateInfo, VmList};
 
 use super::ApiError;
 use super::AppState;
@@ -31,6 +31,7 @@ use super::responses::{Done, Events, Refused};
     paths(
         super::health,
         super::vm::list,
+        super::vm::clusters,
         super::vm::install,
         super::vm::status,
         super::vm::start,
@@ -64,6 +65,7 @@ use super::responses::{Done, Events, Refused};
             SetNode,
             StepEvent,
             VmList,
+            ClusterInfo,
             Job,
             JobDetail,
             AuditEntry

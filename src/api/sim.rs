@@ -5,24 +5,52 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use pvedeck_sim::SimCluster;
 use pvedeck_sim::faults::Fault;
 
 use super::ApiError;
 use super::AppState;
+use super::cluster::On;
 
+/// The simulated cluster the route names (the default one when it names
+/// none); 404 where that cluster is not simulated.
 fn sim(state: &AppState) -> Result<&Arc<SimCluster>, ApiError> {
     state
-        .sim
-        .as_ref()
+        .sims
+        .get(&state.engine.config().cluster)
         .ok_or_else(|| ApiError::not_found("404 page not found"))
+}
+
+#[derive(serde::Deserialize)]
+pub struct NodeState {
+    node: String,
+    state: String,
+}
+
+#[derive(serde::Deserialize)]
+pub struct Wanted {
+    state: String,
+}
+
+#[derive(serde::Deserialize)]
+pub struct Claim {
+    vmid: u32,
+    ip: std::net::Ipv4Addr,
+}
+
+#[derive(serde::Deserialize)]
+pub struct Vmid {
+    vmid: u32,
 }
 
 /// `POST /api/sim/node/<node>/offline|online`
 pub async fn set_node_state(
-    State(state): State<AppState>,
-    Path((node, wanted)): Path<(String, String)>,
+    On(state): On,
+    Path(NodeState {
+        node,
+        state: wanted,
+    }): Path<NodeState>,
 ) -> Result<&'static str, ApiError> {
     let sim = sim(&state)?;
     let online = match wanted.as_str() {
@@ -41,10 +69,7 @@ pub async fn set_node_state(
 }
 
 /// `POST /api/sim/faults` with a fault as JSON (see `pvedeck_sim::faults`).
-pub async fn add_fault(
-    State(state): State<AppState>,
-    body: Bytes,
-) -> Result<&'static str, ApiError> {
+pub async fn add_fault(On(state): On, body: Bytes) -> Result<&'static str, ApiError> {
     let sim = sim(&state)?;
     let fault: Fault =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid fault: {e}")))?;
@@ -54,26 +79,26 @@ pub async fn add_fault(
 }
 
 /// `DELETE /api/sim/faults`
-pub async fn clear_faults(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+pub async fn clear_faults(On(state): On) -> Result<&'static str, ApiError> {
     sim(&state)?.clear_faults();
     Ok("ok")
 }
 
 /// `GET /api/sim/faults`
-pub async fn faults(State(state): State<AppState>) -> Result<Json<Vec<Fault>>, ApiError> {
+pub async fn faults(On(state): On) -> Result<Json<Vec<Fault>>, ApiError> {
     Ok(Json(sim(&state)?.faults()))
 }
 
 /// `GET /api/sim/commands`: every command the simulated cluster has run.
-pub async fn commands(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
+pub async fn commands(On(state): On) -> Result<Json<Vec<String>>, ApiError> {
     Ok(Json(sim(&state)?.commands()))
 }
 
 /// `POST /api/sim/firewall/on|off`: the datacenter firewall, as an admin
 /// sets it in Datacenter → Firewall → Options.
 pub async fn set_firewall(
-    State(state): State<AppState>,
-    Path(wanted): Path<String>,
+    On(state): On,
+    Path(Wanted { state: wanted }): Path<Wanted>,
 ) -> Result<&'static str, ApiError> {
     let sim = sim(&state)?;
     let enable = match wanted.as_str() {
@@ -93,8 +118,8 @@ pub async fn set_firewall(
 /// `POST /api/sim/claim/<vmid>/<ip>`: VM `vmid`'s guest answers for `ip`
 /// too, as a hostile tenant would (`SimCluster::stage_claim`).
 pub async fn claim(
-    State(state): State<AppState>,
-    Path((vmid, ip)): Path<(u32, std::net::Ipv4Addr)>,
+    On(state): On,
+    Path(Claim { vmid, ip }): Path<Claim>,
 ) -> Result<&'static str, ApiError> {
     sim(&state)?.stage_claim(vmid, ip)?;
     Ok("ok")
@@ -104,8 +129,8 @@ pub async fn claim(
 /// admin's `qm set` on the node does behind pvedeck's back (a test's
 /// changed tags or notes).
 pub async fn set_behind(
-    State(state): State<AppState>,
-    Path(vmid): Path<u32>,
+    On(state): On,
+    Path(Vmid { vmid }): Path<Vmid>,
     Json(options): Json<std::collections::BTreeMap<String, String>>,
 ) -> Result<&'static str, ApiError> {
     let sim = sim(&state)?;

@@ -9,16 +9,21 @@ use leptos::prelude::LeptosOptions;
 use pvedeck_config::Config;
 use pvedeck_sim::SimCluster;
 
-use crate::engine::Engine;
+use std::collections::BTreeMap;
+
+use crate::engine::{Clusters, Engine};
 
 #[derive(Clone)]
 pub struct AppState {
     pub leptos: LeptosOptions,
+    /// The default cluster's engine: sign-in, people, `/api/vm/:id/*`.
     pub engine: Arc<Engine>,
+    /// Every cluster's engine, the default one first.
+    pub clusters: Arc<Clusters>,
     pub config: Arc<Config>,
-    /// Present when the backend is the simulated cluster: its control routes
-    /// (fault injection) drive it directly.
-    pub sim: Option<Arc<SimCluster>>,
+    /// The simulated clusters by name: their control routes (fault
+    /// injection) drive them directly.
+    pub sims: Arc<BTreeMap<String, Arc<SimCluster>>>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -1,7 +1,7 @@
 //! pvedeck's golden templates (docs/provisioning.md#golden-templates): list,
 //! build (streamed like an install), delete.
 
-use axum::extract::State;
+use super::cluster::On;
 use axum::response::Response;
 use axum::{Extension, Json};
 
@@ -22,7 +22,7 @@ use crate::engine::{Actor, TemplateCommand};
     path = "/api/templates",
     responses((status = 200, description = "templates, by VMID", body = Vec<TemplateInfo>))
 )]
-pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<TemplateInfo>>, ApiError> {
+pub async fn list(On(state): On) -> Result<Json<Vec<TemplateInfo>>, ApiError> {
     Ok(Json(state.engine.templates().await?))
 }
 
@@ -36,7 +36,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<TemplateInfo
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
 pub async fn build(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     Checked(release): Checked<TemplateBody>,
 ) -> Result<Response, ApiError> {
@@ -68,7 +68,7 @@ async fn streamed(
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
 pub async fn rebuild(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<Response, ApiError> {
@@ -85,7 +85,7 @@ pub async fn rebuild(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn delete(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {

@@ -3,16 +3,17 @@
 use std::collections::HashMap;
 
 use axum::Extension;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, header};
 use axum::response::{IntoResponse, Response};
 
 use pvedeck_domain::request::{InstallBody, SetCpu, SetDisk, SetMemory, SetNode};
-use pvedeck_domain::types::{ListFilter, VmList};
+use pvedeck_domain::types::{ClusterInfo, ListFilter, VmList};
 
 use super::AppState;
 use super::body::Checked;
+use super::cluster::On;
 use super::responses::{Done, Events, Refused};
 use super::{ApiError, sse};
 use crate::engine::{Actor, Command};
@@ -36,9 +37,7 @@ impl<S: Send + Sync> FromRequestParts<S> for VmId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::bad(e.body_text()))?;
+        let raw = super::cluster::param(parts, state, "id").await?;
         vmid(&raw).map(VmId)
     }
 }
@@ -65,7 +64,7 @@ pub async fn list(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = ListFilter::from_disable(query.get("disable").map(String::as_str));
-    let listing = state.engine.list_for(&actor, filter).await?;
+    let listing = state.clusters.list_for(&actor, filter).await?;
     let headers = [
         (header::CONTENT_TYPE, "application/json".to_string()),
         (
@@ -94,8 +93,20 @@ pub async fn install(
     Extension(actor): Extension<Actor>,
     Checked(request): Checked<InstallBody>,
 ) -> Result<Response, ApiError> {
-    let job = state.engine.install_as(&actor, request).await?;
-    sse::job_events(&state.engine, &actor, job, 0, true).await
+    let (engine, job) = state.clusters.install_as(&actor, request).await?;
+    sse::job_events(&engine, &actor, job, 0, true).await
+}
+
+/// `GET /api/clusters`: each cluster this server serves, the default one
+/// first, with how old its data is and why reading it fails.
+#[utoipa::path(
+    get,
+    tag = "vm",
+    path = "/api/clusters",
+    responses((status = 200, description = "the clusters", body = Vec<ClusterInfo>))
+)]
+pub async fn clusters(State(state): State<AppState>) -> axum::Json<Vec<ClusterInfo>> {
+    axum::Json(state.clusters.states())
 }
 
 /// `running` or `stopped`, from `qm status`.
@@ -110,7 +121,7 @@ pub async fn install(
     )
 )]
 pub async fn status(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<String, ApiError> {
@@ -126,7 +137,7 @@ pub async fn status(
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
 pub async fn start(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<Response, ApiError> {
@@ -142,7 +153,7 @@ pub async fn start(
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
 pub async fn reboot(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<Response, ApiError> {
@@ -158,7 +169,7 @@ pub async fn reboot(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn stop(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
@@ -174,7 +185,7 @@ pub async fn stop(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn shutdown(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
@@ -190,7 +201,7 @@ pub async fn shutdown(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn destroy(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
 ) -> Result<&'static str, ApiError> {
@@ -207,7 +218,7 @@ pub async fn destroy(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn set_cpu(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(cores): Checked<SetCpu>,
@@ -227,7 +238,7 @@ pub async fn set_cpu(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn set_memory(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(memory): Checked<SetMemory>,
@@ -245,7 +256,7 @@ pub async fn set_memory(
     responses((status = 200, response = Done), (status = "default", response = Refused))
 )]
 pub async fn set_disk(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(growth): Checked<SetDisk>,
@@ -263,7 +274,7 @@ pub async fn set_disk(
     responses((status = 200, response = Events), (status = "default", response = Refused))
 )]
 pub async fn set_node(
-    State(state): State<AppState>,
+    On(state): On,
     Extension(actor): Extension<Actor>,
     VmId(id): VmId,
     Checked(node): Checked<SetNode>,

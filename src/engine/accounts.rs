@@ -254,6 +254,7 @@ pub fn revoke_token(
 pub fn assign(
     store: &dyn Store,
     by: &By,
+    cluster: &str,
     vmid: u32,
     user: &str,
     now: i64,
@@ -261,7 +262,7 @@ pub fn assign(
     if store.user(user)?.is_none() {
         return Err(AccountError::NoSuchUser(user.to_string()));
     }
-    store.set_owner(vmid, user, now)?;
+    store.set_owner(cluster, vmid, user, now)?;
     audit(
         store,
         by,

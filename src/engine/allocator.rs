@@ -29,6 +29,8 @@ pub enum AllocError {
 }
 
 pub struct Allocator {
+    /// Whose VMIDs: reservations in a shared store are per cluster.
+    cluster: String,
     gateway: Ipv4Addr,
     /// `ASSIGN_IP_START..=ASSIGN_IP_END`.
     range: RangeInclusive<u32>,
@@ -88,7 +90,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         self.allocator.taken().remove(&self.vmid);
         if let Some(jobs) = &self.allocator.shared {
-            jobs.release_vmid(self.vmid);
+            jobs.release_vmid(&self.allocator.cluster, self.vmid);
         }
     }
 }
@@ -96,12 +98,18 @@ impl Drop for Reservation {
 impl Allocator {
     pub fn new(config: &Config) -> Allocator {
         Allocator {
+            cluster: config.cluster.clone(),
             gateway: config.gateway,
             range: u32::from(config.assign_ip_start)..=u32::from(config.assign_ip_end),
             reserved: config.reserved.clone(),
             taken: Mutex::new(BTreeSet::new()),
             shared: None,
         }
+    }
+
+    /// Whose VMIDs these are.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
     }
 
     /// Reserves ids in `jobs`' store too, when replicas share it: an id
@@ -117,7 +125,7 @@ impl Allocator {
     fn hold_shared(&self, vmid: u32) -> bool {
         match &self.shared {
             None => true,
-            Some(jobs) => jobs.reserve_vmid(vmid).unwrap_or_else(|e| {
+            Some(jobs) => jobs.reserve_vmid(&self.cluster, vmid).unwrap_or_else(|e| {
                 tracing::warn!(vmid, "cannot reserve the VMID in the database: {e}");
                 false
             }),

@@ -35,6 +35,9 @@ pub struct People {
 
 pub struct Directory {
     store: Arc<dyn Store>,
+    /// Whose VMs' owners this directory holds: each cluster has its own
+    /// VMIDs.
+    cluster: String,
     people: RwLock<Arc<People>>,
     generation: AtomicU64,
     seen_version: AtomicI64,
@@ -43,9 +46,10 @@ pub struct Directory {
 }
 
 impl Directory {
-    pub fn open(store: Arc<dyn Store>) -> Result<Directory, StoreError> {
+    pub fn open(store: Arc<dyn Store>, cluster: &str) -> Result<Directory, StoreError> {
         let directory = Directory {
             store,
+            cluster: cluster.to_string(),
             people: RwLock::default(),
             generation: AtomicU64::new(0),
             seen_version: AtomicI64::new(0),
@@ -71,7 +75,7 @@ impl Directory {
         let version = self.store.data_version()?;
         let users = self.store.users()?;
         let tokens = self.store.tokens()?;
-        let owners = self.store.owners()?;
+        let owners = self.store.owners(&self.cluster)?;
         let people = People {
             users: users.into_iter().map(|u| (u.name.clone(), u)).collect(),
             tokens: tokens.into_iter().map(|t| (t.hash, t.info)).collect(),
@@ -140,13 +144,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("pvedeck.db");
         let open = || crate::store::open(crate::store::Location::Sqlite(&path)).unwrap();
-        let directory = Directory::open(open()).unwrap();
+        let directory = Directory::open(open(), "default").unwrap();
         let first = directory.people().generation;
         directory.refresh().unwrap();
         assert_eq!(directory.people().generation, first, "nothing changed");
 
         let other = open();
-        other.set_owner(101, "alice", 1).unwrap();
+        other.set_owner("default", 101, "alice", 1).unwrap();
         other
             .add_user(&UserInfo {
                 name: "alice".into(),

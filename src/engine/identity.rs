@@ -176,7 +176,7 @@ impl Engine {
         vmid: u32,
         identity: &Identity,
     ) -> Result<(), IdentityError> {
-        let known = self.jobs.identities().await?;
+        let known = self.jobs.identities(&self.config.cluster).await?;
         let sharing: Vec<(u32, &'static str)> = known
             .iter()
             .filter(|(other, ..)| *other != vmid)
@@ -210,9 +210,13 @@ impl Engine {
                 });
             }
         }
-        Ok(self
-            .jobs
-            .record_identity(vmid, &identity.machine_id, &identity.host_key, now_ms())?)
+        Ok(self.jobs.record_identity(
+            &self.config.cluster,
+            vmid,
+            &identity.machine_id,
+            &identity.host_key,
+            now_ms(),
+        )?)
     }
 }
 

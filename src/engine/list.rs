@@ -90,6 +90,7 @@ pub fn build(
     let mut list: Vec<VmSummary> = listed
         .iter()
         .map(|vm| VmSummary {
+            cluster: addresses.cluster().to_string(),
             vmid: vm.vmid,
             name: vm.name.clone().unwrap_or_default(),
             os: vm.os_tag().unwrap_or_default().to_string(),
@@ -110,6 +111,7 @@ pub fn build(
 
     if filter == ListFilter::All {
         list.extend(addresses.reserved_ids().map(|(vmid, label)| VmSummary {
+            cluster: addresses.cluster().to_string(),
             vmid,
             name: label.to_string(),
             os: "-".to_string(),
@@ -152,6 +154,7 @@ pub fn build(
             let max_cpu = node.maxcpu.unwrap_or(0);
             let max_mem = node.maxmem.unwrap_or(0) as f64;
             NodeSummary {
+                cluster: addresses.cluster().to_string(),
                 node: node.node.clone(),
                 running: node.is_online(),
                 max_cpu,

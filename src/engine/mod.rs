@@ -8,6 +8,7 @@ pub use access::Credential;
 pub mod accounts;
 mod allocator;
 mod cloning;
+pub mod clusters;
 mod cpu;
 mod detail;
 pub mod directory;
@@ -51,6 +52,7 @@ use pvedeck_support::clock::Clock;
 
 use crate::jobs::Jobs;
 pub use allocator::Allocator;
+pub use clusters::Clusters;
 pub use error::EngineError;
 use images::Images;
 pub use report::one_line;
@@ -250,6 +252,14 @@ impl Engine {
     pub async fn node_hours(&self) -> Vec<Arc<NodeHistory>> {
         let online = self.cluster.online_nodes();
         self.history.hours(&self.proxmox, &online).await
+    }
+
+    /// This cluster's health without reading it: the snapshot's age in
+    /// ms (0 when never read), whether it is stale, why reading it fails.
+    pub fn cluster_state(&self) -> (u64, bool, Option<String>) {
+        let (age, stale, failure) = self.cluster.health();
+        let age_ms = age.map_or(0, |a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX));
+        (age_ms, stale, failure)
     }
 
     /// The cluster changed behind the port's back (the simulator's control

@@ -211,10 +211,11 @@ impl Engine {
         };
         self.proxmox.set(&vm.node, vmid, &options).await?;
         let by = by(actor);
+        let cluster = self.config.cluster.clone();
         self.change_people(move |store| match user {
-            Some(name) => accounts::assign(store, &by, vmid, &name, now_ms()),
+            Some(name) => accounts::assign(store, &by, &cluster, vmid, &name, now_ms()),
             None => {
-                store.remove_owner(vmid)?;
+                store.remove_owner(&cluster, vmid)?;
                 accounts::audit(
                     store,
                     &by,

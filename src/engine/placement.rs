@@ -435,6 +435,13 @@ impl Engine {
         .map_err(|e| EngineError::Conflict(e.to_string()))
     }
 
+    /// How much memory the node an auto install would be placed on has
+    /// free: which of several clusters has the most room. Nothing is held.
+    pub(super) async fn room_for(&self, req: &InstallRequest) -> Result<i64, EngineError> {
+        let placed = self.place(req).await?;
+        Ok(placed.choice.free)
+    }
+
     /// `pvesm status --content images` of every online node: the main
     /// node's from the snapshot, the others' read once per snapshot.
     async fn node_storages(&self, snapshot: &Snapshot) -> Arc<Storages> {

@@ -252,7 +252,9 @@ mod tests {
     fn install_job() -> (tempfile::TempDir, std::sync::Arc<Jobs>, JobHandle) {
         let dir = tempfile::tempdir().unwrap();
         let jobs = Jobs::open(&dir.path().join("jobs.db")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         (dir, jobs, job)
     }
 

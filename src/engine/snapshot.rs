@@ -59,13 +59,14 @@ impl Snapshot {
 #[derive(Debug)]
 pub struct Listed {
     pub list: VmList,
-    pub json: Vec<u8>,
+    /// Shared by every response: a list of several clusters is megabytes.
+    pub json: bytes::Bytes,
 }
 
 impl Listed {
     pub fn new(list: VmList) -> Listed {
         // Serializing plain data cannot fail; an empty body would be seen.
-        let json = serde_json::to_vec(&list).unwrap_or_default();
+        let json = serde_json::to_vec(&list).unwrap_or_default().into();
         Listed { list, json }
     }
 }
@@ -221,6 +222,19 @@ impl Cluster {
     /// How old the last good snapshot is, without reading or waking.
     pub fn age(&self) -> Option<Duration> {
         self.state().current.as_ref().map(|s| s.taken.elapsed())
+    }
+
+    /// Without reading or waking: the last good snapshot's age (none
+    /// yet: `None`), whether it is stale, and why the last read failed.
+    pub fn health(&self) -> (Option<Duration>, bool, Option<String>) {
+        let state = self.state();
+        let age = state.current.as_ref().map(|s| s.taken.elapsed());
+        let failure = match &state.outcome {
+            Some(Err(e)) => Some(e.to_string()),
+            _ => None,
+        };
+        let stale = age.is_none_or(|age| age > self.stale_after()) || failure.is_some();
+        (age, stale, failure)
     }
 
     fn view(&self, snapshot: Arc<Snapshot>) -> View {

@@ -146,9 +146,13 @@ impl Engine {
     ) -> Result<JobHandle, EngineError> {
         self.refuse_when_stopping()?;
         let starting = super::tenancy::starting();
-        let job = self
-            .jobs
-            .start(kind, vmid, title, starting.owner.as_deref())?;
+        let job = self.jobs.start(
+            &self.config.cluster,
+            kind,
+            vmid,
+            title,
+            starting.owner.as_deref(),
+        )?;
         if let Some(ticket) = starting.ticket {
             self.ledger.running_as(ticket, job.id());
         }
@@ -191,7 +195,7 @@ impl Engine {
     /// Reconciles the jobs a killed process left running, each on its own
     /// task (their followers see the outcome arrive).
     pub fn reconcile(self: &Arc<Self>) -> Result<usize, EngineError> {
-        let orphans = self.jobs.resume_orphans()?;
+        let orphans = self.jobs.resume_orphans(&self.config.cluster)?;
         let n = orphans.len();
         self.take_up(orphans);
         Ok(n)
@@ -267,9 +271,10 @@ impl Engine {
                     continue;
                 }
                 let jobs = engine.jobs.clone();
+                let cluster = engine.config.cluster.clone();
                 let swept = tokio::task::spawn_blocking(move || {
                     jobs.renew()?;
-                    jobs.take_lapsed()
+                    jobs.take_lapsed(&cluster)
                 })
                 .await;
                 match swept {

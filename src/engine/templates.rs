@@ -106,7 +106,7 @@ impl Engine {
     /// built, with what each was built from and when.
     pub async fn templates(&self) -> Result<Vec<TemplateInfo>, EngineError> {
         let view = self.cluster.read().await?;
-        let records = self.jobs.templates().await?;
+        let records = self.jobs.templates(&self.config.cluster).await?;
         let record = |vmid: u32| records.iter().find(|r| r.vmid == vmid);
         let builds = self.builds();
         let mut list: Vec<TemplateInfo> = view
@@ -256,7 +256,7 @@ impl Engine {
                     built: now_ms(),
                     job: job.id(),
                 };
-                if let Err(e) = self.jobs.record_template(&record) {
+                if let Err(e) = self.jobs.record_template(&self.config.cluster, &record) {
                     // The template works; only its age and image go unshown.
                     tracing::warn!(vmid, "cannot record the template build: {e}");
                 }
@@ -475,7 +475,13 @@ impl Engine {
             .await
             .map_err(|why| made(Failure::new(&step, format!("[-] {why}"), Cleanup::Destroy)))?;
         self.jobs
-            .record_identity(vmid, &before.machine_id, &before.host_key, now_ms())
+            .record_identity(
+                &self.config.cluster,
+                vmid,
+                &before.machine_id,
+                &before.host_key,
+                now_ms(),
+            )
             .map_err(failed(
                 &step,
                 "failed to record the identity",

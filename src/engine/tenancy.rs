@@ -87,7 +87,7 @@ impl Actor {
     }
 
     /// The user whose view is limited to their own: `None` for admins.
-    fn limited_to(&self) -> Option<&str> {
+    pub(super) fn limited_to(&self) -> Option<&str> {
         self.principal
             .as_ref()
             .filter(|p| !p.is_admin())
@@ -573,8 +573,11 @@ impl Engine {
                 }
                 let store = engine.directory.store().clone();
                 let at = pvedeck_support::clock::now_ms();
-                let saved =
-                    tokio::task::spawn_blocking(move || store.set_owner(vmid, &owner, at)).await;
+                let cluster = engine.config.cluster.clone();
+                let saved = tokio::task::spawn_blocking(move || {
+                    store.set_owner(&cluster, vmid, &owner, at)
+                })
+                .await;
                 if matches!(saved, Ok(Ok(()))) {
                     found += 1;
                 }
@@ -594,9 +597,14 @@ impl Engine {
         let result = match job.owner() {
             Some(owner) => {
                 self.ledger.for_vm(job.id(), vmid);
-                store.set_owner(vmid, owner, pvedeck_support::clock::now_ms())
+                store.set_owner(
+                    &self.config.cluster,
+                    vmid,
+                    owner,
+                    pvedeck_support::clock::now_ms(),
+                )
             }
-            None => store.remove_owner(vmid),
+            None => store.remove_owner(&self.config.cluster, vmid),
         };
         if let Err(e) = result.and_then(|()| self.directory.reload()) {
             tracing::error!(vmid, "cannot record the VM's owner: {e}");
@@ -605,8 +613,9 @@ impl Engine {
 
     async fn forget_owner(&self, vmid: u32) {
         let directory = self.directory.clone();
+        let cluster = self.config.cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
-            directory.store().remove_owner(vmid)?;
+            directory.store().remove_owner(&cluster, vmid)?;
             directory.reload()
         })
         .await;

@@ -442,17 +442,17 @@ impl Jobs {
     /// Holds `vmid` for an install of this replica (a shared store only:
     /// alone, the allocator's own set is enough); `false` when another
     /// replica's install holds it.
-    pub fn reserve_vmid(&self, vmid: u32) -> Result<bool, StoreError> {
+    pub fn reserve_vmid(&self, cluster: &str, vmid: u32) -> Result<bool, StoreError> {
         match self.lease() {
-            Some(lease) => self.store.reserve_vmid(vmid, &lease, now_ms()),
+            Some(lease) => self.store.reserve_vmid(cluster, vmid, &lease, now_ms()),
             None => Ok(true),
         }
     }
 
     /// Lets an install's `vmid` go.
-    pub fn release_vmid(&self, vmid: u32) {
+    pub fn release_vmid(&self, cluster: &str, vmid: u32) {
         if self.store.shared()
-            && let Err(e) = self.store.release_vmid(vmid, &self.replica.name)
+            && let Err(e) = self.store.release_vmid(cluster, vmid, &self.replica.name)
         {
             tracing::warn!(vmid, "cannot release the VMID in the database: {e}");
         }
@@ -471,24 +471,24 @@ impl Jobs {
     /// event: followers wait for their end as for any running job. On its
     /// own database, every running job; on a shared one, those whose
     /// lease ran out.
-    pub fn resume_orphans(self: &Arc<Self>) -> Result<Vec<Resumed>, StoreError> {
+    pub fn resume_orphans(self: &Arc<Self>, cluster: &str) -> Result<Vec<Resumed>, StoreError> {
         let lease = self.lease().unwrap_or_else(|| Lease {
             replica: self.replica.name.clone(),
             until: 0,
         });
         let taken = self
             .store
-            .take_over(&lease, now_ms(), !self.store.shared())?;
+            .take_over(cluster, &lease, now_ms(), !self.store.shared())?;
         self.resume(taken)
     }
 
     /// The jobs of other replicas whose lease ran out, taken over by this
     /// one (a shared store only).
-    pub fn take_lapsed(self: &Arc<Self>) -> Result<Vec<Resumed>, StoreError> {
+    pub fn take_lapsed(self: &Arc<Self>, cluster: &str) -> Result<Vec<Resumed>, StoreError> {
         let Some(lease) = self.lease() else {
             return Ok(Vec::new());
         };
-        let taken = self.store.take_over(&lease, now_ms(), false)?;
+        let taken = self.store.take_over(cluster, &lease, now_ms(), false)?;
         self.resume(taken)
     }
 
@@ -552,15 +552,16 @@ impl Jobs {
 
     pub fn start(
         self: &Arc<Self>,
+        cluster: &str,
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
         owner: Option<&str>,
     ) -> Result<JobHandle, StoreError> {
         let lease = self.lease();
-        let id = self
-            .store
-            .create_job(kind, vmid, title, now_ms(), owner, lease.as_ref())?;
+        let id =
+            self.store
+                .create_job(cluster, kind, vmid, title, now_ms(), owner, lease.as_ref())?;
         let (tx, _) = broadcast::channel(LIVE_CAPACITY);
         self.live().insert(id, tx);
         tracing::info!(job = id, kind = kind.as_str(), title, "job started");
@@ -605,25 +606,32 @@ impl Jobs {
     /// The identities of the VMs pvedeck made, kept beside their jobs.
     pub fn record_identity(
         &self,
+        cluster: &str,
         vmid: u32,
         machine_id: &str,
         host_key: &str,
         at: i64,
     ) -> Result<(), StoreError> {
-        self.store.record_identity(vmid, machine_id, host_key, at)
+        self.store
+            .record_identity(cluster, vmid, machine_id, host_key, at)
     }
 
     /// What each template pvedeck built was built from, and when.
-    pub fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
-        self.store.record_template(built)
+    pub fn record_template(&self, cluster: &str, built: &TemplateBuilt) -> Result<(), StoreError> {
+        self.store.record_template(cluster, built)
     }
 
-    pub async fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
-        self.read(|s| s.templates()).await
+    pub async fn templates(&self, cluster: &str) -> Result<Vec<TemplateBuilt>, StoreError> {
+        let cluster = cluster.to_string();
+        self.read(move |s| s.templates(&cluster)).await
     }
 
-    pub async fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
-        self.read(|s| s.identities()).await
+    pub async fn identities(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<(u32, String, String)>, StoreError> {
+        let cluster = cluster.to_string();
+        self.read(move |s| s.identities(&cluster)).await
     }
 
     pub async fn events(&self, id: u64, after: u64) -> Result<Vec<JobEvent>, StoreError> {
@@ -1043,7 +1051,9 @@ mod tests {
         };
         let store = crate::store::open(Location::Postgres(&pg.url())).unwrap();
         let jobs = Jobs::on_store(store.clone(), JobLimits::default(), Replica::default()).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         job.emit(event(1));
         jobs.flush().await.unwrap();
 
@@ -1097,7 +1107,9 @@ mod tests {
     #[tokio::test]
     async fn a_follower_gets_replay_then_live_then_close() {
         let jobs = Jobs::open(&db("follow")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         job.emit(event(1));
         job.emit(event(2));
         let rx = jobs
@@ -1115,7 +1127,9 @@ mod tests {
     #[tokio::test]
     async fn a_long_history_is_replayed_whole_a_page_at_a_time() {
         let jobs = Jobs::open(&db("pages")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         let total = REPLAY_PAGE as u64 * 2 + 7;
         for n in 1..=total {
             job.emit(event(n as u32));
@@ -1145,7 +1159,9 @@ mod tests {
     #[tokio::test]
     async fn readers_are_limited_per_client_and_owners_and_starters_get_their_stream() {
         let jobs = Jobs::open(&db("limits")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         let client = ClientKey::of("10.0.0.9".parse().unwrap());
         let other = ClientKey::of("10.0.0.10".parse().unwrap());
         let limit = JobLimits::default().max_followers_per_client;
@@ -1191,7 +1207,9 @@ mod tests {
     #[tokio::test]
     async fn last_event_id_resumes_and_finished_jobs_replay() {
         let jobs = Jobs::open(&db("resume")).unwrap();
-        let job = jobs.start(JobKind::Start, Some(101), "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Start, Some(101), "t", None)
+            .unwrap();
         for n in 1..=5 {
             job.emit(event(n));
         }
@@ -1217,7 +1235,9 @@ mod tests {
         let path = db("restart");
         let id = {
             let jobs = Jobs::open(&path).unwrap();
-            let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+            let job = jobs
+                .start("default", JobKind::Install, None, "t", None)
+                .unwrap();
             job.emit(event(1));
             job.stake(Some(Stake {
                 vmid: 106,
@@ -1236,7 +1256,7 @@ mod tests {
             jobs.job(id).await.unwrap().unwrap().state,
             JobState::Running
         );
-        let mut orphans = jobs.resume_orphans().unwrap();
+        let mut orphans = jobs.resume_orphans("default").unwrap();
         assert_eq!(orphans.len(), 1);
         let Resumed {
             handle: job, stake, ..
@@ -1267,7 +1287,9 @@ mod tests {
     #[tokio::test]
     async fn a_lagging_follower_catches_up_from_the_database() {
         let jobs = Jobs::open(&db("lag")).unwrap();
-        let job = jobs.start(JobKind::Install, None, "t", None).unwrap();
+        let job = jobs
+            .start("default", JobKind::Install, None, "t", None)
+            .unwrap();
         let rx = jobs
             .follow(job.id(), 0, true, Follower::Starter)
             .await

@@ -76,10 +76,10 @@ pub trait PeopleStore: Send + Sync {
     /// When tokens were last used: (id, ms). A time never goes back.
     fn touch_tokens(&self, used: &[(String, i64)]) -> Result<(), StoreError>;
 
-    /// Every VM with an owner: (vmid, user).
-    fn owners(&self) -> Result<Vec<(u32, String)>, StoreError>;
+    /// Every VM of `cluster` with an owner: (vmid, user).
+    fn owners(&self, cluster: &str) -> Result<Vec<(u32, String)>, StoreError>;
 
-    fn set_owner(&self, vmid: u32, user: &str, at: i64) -> Result<(), StoreError>;
+    fn set_owner(&self, cluster: &str, vmid: u32, user: &str, at: i64) -> Result<(), StoreError>;
 
-    fn remove_owner(&self, vmid: u32) -> Result<(), StoreError>;
+    fn remove_owner(&self, cluster: &str, vmid: u32) -> Result<(), StoreError>;
 }

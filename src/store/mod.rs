@@ -226,8 +226,11 @@ fn job_enums(
 pub trait JobStore: Send + Sync {
     /// A new running job, held under `lease` where replicas share the
     /// store.
+    // One argument per column of the row it inserts.
+    #[allow(clippy::too_many_arguments)]
     fn create_job(
         &self,
+        cluster: &str,
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
@@ -243,15 +246,28 @@ pub trait JobStore: Send + Sync {
     /// Takes the running jobs whose lease ran out before `now` (all
     /// running jobs with `every`: one process on its own database, at
     /// start-up) and holds them under `lease`. Each is taken by one
-    /// replica only.
-    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError>;
+    /// replica only. Only `cluster`'s jobs: each cluster's engine
+    /// reconciles its own.
+    fn take_over(
+        &self,
+        cluster: &str,
+        lease: &Lease,
+        now: i64,
+        every: bool,
+    ) -> Result<Vec<Taken>, StoreError>;
 
-    /// Holds `vmid` for an install under `lease`; `false` when a live
-    /// lease of another install holds it.
-    fn reserve_vmid(&self, vmid: u32, lease: &Lease, now: i64) -> Result<bool, StoreError>;
+    /// Holds `vmid` of `cluster` for an install under `lease`; `false`
+    /// when a live lease of another install holds it.
+    fn reserve_vmid(
+        &self,
+        cluster: &str,
+        vmid: u32,
+        lease: &Lease,
+        now: i64,
+    ) -> Result<bool, StoreError>;
 
-    /// Lets `vmid` go (the install ended).
-    fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError>;
+    /// Lets `vmid` of `cluster` go (the install ended).
+    fn release_vmid(&self, cluster: &str, vmid: u32, replica: &str) -> Result<(), StoreError>;
 
     fn set_vmid(&self, id: u64, vmid: u32) -> Result<(), StoreError>;
 
@@ -303,20 +319,22 @@ pub trait JobStore: Send + Sync {
     /// What a VM pvedeck made proved to be (through the guest agent).
     fn record_identity(
         &self,
+        cluster: &str,
         vmid: u32,
         machine_id: &str,
         host_key: &str,
         at: i64,
     ) -> Result<(), StoreError>;
 
-    /// Every recorded identity: (vmid, machine-id, host key).
-    fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError>;
+    /// Every recorded identity of `cluster`'s VMs: (vmid, machine-id,
+    /// host key).
+    fn identities(&self, cluster: &str) -> Result<Vec<(u32, String, String)>, StoreError>;
 
-    /// A template built: from which image, when, by which job.
-    fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError>;
+    /// A template of `cluster` built: from which image, when, by which job.
+    fn record_template(&self, cluster: &str, built: &TemplateBuilt) -> Result<(), StoreError>;
 
-    /// Every template build recorded, by VMID.
-    fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError>;
+    /// Every template build of `cluster` recorded, by VMID.
+    fn templates(&self, cluster: &str) -> Result<Vec<TemplateBuilt>, StoreError>;
 }
 
 /// Everything pvedeck keeps.

@@ -53,14 +53,14 @@ fn pruning_removes_ended_jobs_older_than_the_cut_with_their_events() {
     on_both("prune", |open| {
         let store = open();
         let ended = store
-            .create_job(JobKind::Install, None, "old", 1, None, None)
+            .create_job("default", JobKind::Install, None, "old", 1, None, None)
             .unwrap();
         store.append(ended, 1, 2, &event("s", "m")).unwrap();
         store
             .finish(ended, JobState::Succeeded, 10, None, None)
             .unwrap();
         let running = store
-            .create_job(JobKind::Install, None, "runs", 1, None, None)
+            .create_job("default", JobKind::Install, None, "runs", 1, None, None)
             .unwrap();
         assert_eq!(store.prune(10).unwrap(), 0, "ended at 10: not before");
         assert_eq!(store.prune(11).unwrap(), 1);
@@ -77,6 +77,7 @@ fn jobs_and_events_survive_reopening() {
             let store = open();
             let id = store
                 .create_job(
+                    "default",
                     JobKind::Install,
                     None,
                     "install debian 12",
@@ -135,10 +136,26 @@ fn running_jobs_carry_their_stake_and_task_and_lists_come_newest_first() {
     on_both("running", |open| {
         let store = open();
         let a = store
-            .create_job(JobKind::Install, Some(7), "a", 1, Some("alice"), None)
+            .create_job(
+                "default",
+                JobKind::Install,
+                Some(7),
+                "a",
+                1,
+                Some("alice"),
+                None,
+            )
             .unwrap();
         let b = store
-            .create_job(JobKind::Start, Some(8), "b", 2, Some("bob"), None)
+            .create_job(
+                "default",
+                JobKind::Start,
+                Some(8),
+                "b",
+                2,
+                Some("bob"),
+                None,
+            )
             .unwrap();
         let stake = Stake {
             vmid: 107,
@@ -181,7 +198,7 @@ fn events_come_in_pages_in_order() {
     on_both("pages", |open| {
         let store = open();
         let id = store
-            .create_job(JobKind::Install, None, "long", 1, None, None)
+            .create_job("default", JobKind::Install, None, "long", 1, None, None)
             .unwrap();
         for seq in 1..=10 {
             store
@@ -210,23 +227,28 @@ fn templates_and_identities_keep_the_last_record_of_each_vm() {
             built: 5,
             job: 3,
         };
-        store.record_template(&built).unwrap();
+        store.record_template("default", &built).unwrap();
         store
-            .record_template(&TemplateBuilt {
-                built: 6,
-                ..built.clone()
-            })
+            .record_template(
+                "default",
+                &TemplateBuilt {
+                    built: 6,
+                    ..built.clone()
+                },
+            )
             .unwrap();
         assert_eq!(
-            store.templates().unwrap(),
+            store.templates("default").unwrap(),
             [TemplateBuilt { built: 6, ..built }]
         );
-        store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
         store
-            .record_identity(107, "m2", "ssh-ed25519 K2", 3)
+            .record_identity("default", 107, "m", "ssh-ed25519 K", 2)
+            .unwrap();
+        store
+            .record_identity("default", 107, "m2", "ssh-ed25519 K2", 3)
             .unwrap();
         assert_eq!(
-            store.identities().unwrap(),
+            store.identities("default").unwrap(),
             vec![(107, "m2".to_string(), "ssh-ed25519 K2".to_string())]
         );
     });
@@ -261,11 +283,11 @@ fn users_tokens_and_owners_round_trip_and_a_removed_user_takes_their_tokens() {
         assert_eq!(s.tokens().unwrap()[0].info.last_used, Some(5), "never back");
         assert_eq!(s.tokens().unwrap()[0].hash, "ff".repeat(32));
 
-        s.set_owner(101, "alice", 3).unwrap();
-        s.set_owner(101, "bob", 4).unwrap();
-        s.set_owner(102, "alice", 4).unwrap();
-        s.remove_owner(102).unwrap();
-        assert_eq!(s.owners().unwrap(), [(101, "bob".to_string())]);
+        s.set_owner("default", 101, "alice", 3).unwrap();
+        s.set_owner("default", 101, "bob", 4).unwrap();
+        s.set_owner("default", 102, "alice", 4).unwrap();
+        s.remove_owner("default", 102).unwrap();
+        assert_eq!(s.owners("default").unwrap(), [(101, "bob".to_string())]);
 
         let mut again = alice();
         again.role = Role::Admin;
@@ -281,7 +303,11 @@ fn users_tokens_and_owners_round_trip_and_a_removed_user_takes_their_tokens() {
         assert!(!s.remove_user("alice").unwrap());
         assert!(s.tokens().unwrap().is_empty());
         assert_eq!(s.revoke_token("0a1b2c3d").unwrap(), None);
-        assert_eq!(s.owners().unwrap().len(), 1, "the VM keeps its owner");
+        assert_eq!(
+            s.owners("default").unwrap().len(),
+            1,
+            "the VM keeps its owner"
+        );
     });
 }
 
@@ -441,7 +467,7 @@ fn a_postgres_schema_is_migrated_once_and_a_newer_one_is_refused() {
     assert_eq!(again.users().unwrap().len(), 1, "reopening keeps the rows");
     let db = url.rsplit('/').next().unwrap();
     let applied = pg.psql_in(db, "SELECT count(*) FROM schema_migrations");
-    assert_eq!(applied, "2", "both migrations, once each");
+    assert_eq!(applied, "3", "every migration, once each");
     pg.psql_in(
         db,
         "INSERT INTO schema_migrations VALUES (999, 'future', 0)",
@@ -465,6 +491,7 @@ fn a_lapsed_job_is_taken_over_once_and_a_held_one_is_not() {
         let store = open();
         let held = store
             .create_job(
+                "default",
                 JobKind::Install,
                 Some(101),
                 "held",
@@ -475,6 +502,7 @@ fn a_lapsed_job_is_taken_over_once_and_a_held_one_is_not() {
             .unwrap();
         let lapsed = store
             .create_job(
+                "default",
                 JobKind::Install,
                 Some(102),
                 "lapsed",
@@ -484,7 +512,9 @@ fn a_lapsed_job_is_taken_over_once_and_a_held_one_is_not() {
             )
             .unwrap();
         store.set_task(lapsed, Some("UPID:x")).unwrap();
-        let taken = store.take_over(&lease("b", 200), 50, false).unwrap();
+        let taken = store
+            .take_over("default", &lease("b", 200), 50, false)
+            .unwrap();
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].orphan.job.id, lapsed);
         assert_eq!(taken[0].from.as_deref(), Some("a"));
@@ -492,13 +522,15 @@ fn a_lapsed_job_is_taken_over_once_and_a_held_one_is_not() {
         assert_eq!(taken[0].orphan.task.as_deref(), Some("UPID:x"));
         assert!(
             store
-                .take_over(&lease("c", 300), 60, false)
+                .take_over("default", &lease("c", 300), 60, false)
                 .unwrap()
                 .is_empty(),
             "b holds it now, until 200"
         );
         store.renew(&lease("a", 400)).unwrap();
-        let everything = store.take_over(&lease("d", 500), 60, true).unwrap();
+        let everything = store
+            .take_over("default", &lease("d", 500), 60, true)
+            .unwrap();
         let ids: Vec<u64> = everything.iter().map(|t| t.orphan.job.id).collect();
         assert_eq!(
             ids,
@@ -516,23 +548,26 @@ fn a_postgres_vmid_is_held_by_one_lease_at_a_time() {
     let url = pg.database();
     let a = open(Location::Postgres(&url)).unwrap();
     let b = open(Location::Postgres(&url)).unwrap();
-    assert!(a.reserve_vmid(101, &lease("a", 100), 0).unwrap());
+    assert!(a.reserve_vmid("default", 101, &lease("a", 100), 0).unwrap());
     assert!(
-        !b.reserve_vmid(101, &lease("b", 100), 1).unwrap(),
+        !b.reserve_vmid("default", 101, &lease("b", 100), 1).unwrap(),
         "a holds it"
     );
     a.renew(&lease("a", 300)).unwrap();
     assert!(
-        !b.reserve_vmid(101, &lease("b", 400), 200).unwrap(),
+        !b.reserve_vmid("default", 101, &lease("b", 400), 200)
+            .unwrap(),
         "renewed to 300"
     );
     assert!(
-        b.reserve_vmid(101, &lease("b", 400), 301).unwrap(),
+        b.reserve_vmid("default", 101, &lease("b", 400), 301)
+            .unwrap(),
         "a's lease ran out"
     );
-    b.release_vmid(101, "b").unwrap();
+    b.release_vmid("default", 101, "b").unwrap();
     assert!(
-        a.reserve_vmid(101, &lease("a", 500), 302).unwrap(),
+        a.reserve_vmid("default", 101, &lease("a", 500), 302)
+            .unwrap(),
         "released"
     );
 }
@@ -605,7 +640,7 @@ fn postgres_announces_events_ends_people_and_changes_to_the_others() {
         return;
     };
     let job = a
-        .create_job(JobKind::Install, None, "j", 1, None, None)
+        .create_job("default", JobKind::Install, None, "j", 1, None, None)
         .unwrap();
     a.append(job, 1, 2, &event("s", "m")).unwrap();
     a.finish(job, JobState::Succeeded, 3, None, None).unwrap();
@@ -630,4 +665,65 @@ fn postgres_announces_events_ends_people_and_changes_to_the_others() {
         got
     });
     assert_eq!(got, want);
+}
+
+#[test]
+fn each_cluster_keeps_its_own_owners_identities_templates_and_jobs() {
+    on_both("clusters", |open| {
+        let s = open();
+        s.set_owner("east", 101, "alice", 1).unwrap();
+        s.set_owner("west", 101, "bob", 2).unwrap();
+        assert_eq!(s.owners("east").unwrap(), [(101, "alice".to_string())]);
+        assert_eq!(s.owners("west").unwrap(), [(101, "bob".to_string())]);
+        s.remove_owner("west", 101).unwrap();
+        assert_eq!(
+            s.owners("east").unwrap().len(),
+            1,
+            "east's 101 is another VM"
+        );
+
+        s.record_identity("east", 107, "m-east", "ssh-ed25519 E", 1)
+            .unwrap();
+        s.record_identity("west", 107, "m-west", "ssh-ed25519 W", 1)
+            .unwrap();
+        assert_eq!(s.identities("west").unwrap()[0].1, "m-west");
+        assert_eq!(s.identities("east").unwrap()[0].1, "m-east");
+
+        let built = |image: &str| TemplateBuilt {
+            vmid: 9000,
+            image: image.into(),
+            built: 1,
+            job: 1,
+        };
+        s.record_template("east", &built("a.qcow2")).unwrap();
+        s.record_template("west", &built("b.qcow2")).unwrap();
+        assert_eq!(s.templates("east").unwrap(), [built("a.qcow2")]);
+        assert_eq!(s.templates("west").unwrap(), [built("b.qcow2")]);
+
+        let west = s
+            .create_job("west", JobKind::Install, None, "w", 1, None, None)
+            .unwrap();
+        s.create_job("east", JobKind::Install, None, "e", 1, None, None)
+            .unwrap();
+        let taken = s.take_over("west", &lease("r", 10), 5, true).unwrap();
+        let ids: Vec<u64> = taken.iter().map(|t| t.orphan.job.id).collect();
+        assert_eq!(ids, [west], "each cluster's engine takes its own jobs");
+    });
+}
+
+#[test]
+fn a_postgres_vmid_is_reserved_per_cluster() {
+    let Some(pg) = Postgres::shared() else {
+        return;
+    };
+    let url = pg.database();
+    let s = open(Location::Postgres(&url)).unwrap();
+    assert!(s.reserve_vmid("east", 101, &lease("a", 100), 0).unwrap());
+    assert!(
+        s.reserve_vmid("west", 101, &lease("b", 100), 0).unwrap(),
+        "another cluster's 101"
+    );
+    assert!(!s.reserve_vmid("east", 101, &lease("b", 100), 1).unwrap());
+    s.release_vmid("east", 101, "a").unwrap();
+    assert!(s.reserve_vmid("east", 101, &lease("b", 100), 1).unwrap());
 }

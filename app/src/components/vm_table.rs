@@ -22,7 +22,16 @@ pub fn VmTable(
     confirming: RwSignal<Option<u32>>,
     busy: RwSignal<Option<u32>>,
     on_outcome: Callback<Outcome>,
+    /// With several clusters, the default one's name: the table names each
+    /// VM's cluster, and the pages and actions here reach the default
+    /// cluster's VMs (the others' through `/api/clusters/:cluster/…`).
+    #[prop(into)]
+    default_cluster: Signal<Option<String>>,
 ) -> impl IntoView {
+    let several = move || default_cluster.with(Option::is_some);
+    let elsewhere = move |vm: &VmSummary| {
+        default_cluster.with(|d| d.as_deref().is_some_and(|d| d != vm.cluster))
+    };
     let shown = move || {
         vms.with(|vms| {
             vms.iter()
@@ -62,6 +71,7 @@ pub fn VmTable(
                 <table class="vm-table">
                     <thead>
                         <tr>
+                            {move || several().then(|| view! { <th scope="col">"Cluster"</th> })}
                             <th scope="col">"ID"</th>
                             <th scope="col">"Name"</th>
                             <th scope="col">"OS"</th>
@@ -76,9 +86,13 @@ pub fn VmTable(
                     </thead>
                     <tbody>
                         <For each=shown key=keys::vm let:vm>
-                            <tr data-vmid=vm.vmid class=format!("state-{}", vm.status)>
+                            <tr data-vmid=vm.vmid data-cluster=vm.cluster.clone() class=format!("state-{}", vm.status)>
+                                {
+                                    let cluster = vm.cluster.clone();
+                                    move || several().then(|| view! { <td>{cluster.clone()}</td> })
+                                }
                                 <td>
-                                    {if vm.reserved {
+                                    {if vm.reserved || elsewhere(&vm) {
                                         vm.vmid.to_string().into_any()
                                     } else {
                                         view! { <a href=format!("/vm/{}", vm.vmid)>{vm.vmid}</a> }.into_any()
@@ -104,6 +118,11 @@ pub fn VmTable(
                                 <td class="actions-cell">
                                     {match (vm.reserved, vm.managed) {
                                         (true, _) => ().into_any(),
+                                        _ if elsewhere(&vm) => view! {
+                                            <span class="unmanaged" title="this page acts on the default cluster's VMs">
+                                                {format!("/api/clusters/{}/vm/{}", vm.cluster, vm.vmid)}
+                                            </span>
+                                        }.into_any(),
                                         (false, true) => view! {
                                             <VmActions vm=vm.clone() confirming busy on_outcome/>
                                         }.into_any(),

@@ -229,6 +229,8 @@ fn Form(catalog: Catalog, allowance: Option<Allowance>) -> impl IntoView {
                 Some(_) => Sent::Given("clone".to_string()),
                 None => Sent::Absent,
             },
+            // With "auto" the server picks the cluster too.
+            cluster: Sent::Absent,
         };
         sending.set(true);
         server_error.set(None);

@@ -83,11 +83,16 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
         data()
             .map(|d| {
                 let sparks = d.sparks;
+                // The sparklines are the default cluster's nodes' (the
+                // first listed): another cluster's node of the same name
+                // is another node.
+                let default = d.clusters.first().map(|c| c.name.clone());
                 d.list
                     .cluster
                     .into_iter()
                     .map(|n| {
-                        let spark = sparks.iter().find(|s| s.node == n.node).cloned();
+                        let ours = default.as_ref().is_none_or(|c| *c == n.cluster);
+                        let spark = sparks.iter().find(|s| ours && s.node == n.node).cloned();
                         (n, spark)
                     })
                     .collect::<Vec<_>>()
@@ -95,6 +100,45 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
             .unwrap_or_default()
     });
     let vms = Signal::derive(move || data().map(|d| d.list.list).unwrap_or_default());
+    // Memos: every row of the table asks for the default cluster, which
+    // must not copy the whole overview each time.
+    let clusters = Memo::new(move |_| data().map(|d| d.clusters).unwrap_or_default());
+    let default_cluster = Memo::new(move |_| clusters.with(|c| c.first().map(|c| c.name.clone())));
+    // With several clusters the node cards are grouped under each one,
+    // which says when it cannot be read and since when.
+    let cluster_sections = move || {
+        clusters.get().into_iter().map(|c| {
+            let name = c.name.clone();
+            let cards = move || {
+                let name = name.clone();
+                nodes
+                    .get()
+                    .into_iter()
+                    .filter(move |(n, _)| n.cluster == name)
+                    .collect::<Vec<_>>()
+            };
+            let state = if c.stale {
+                format!(
+                    "down: last read {}{}",
+                    ago(c.age_ms),
+                    c.failure.map(|f| format!(" — {f}")).unwrap_or_default()
+                )
+            } else {
+                updated(c.age_ms)
+            };
+            let class = if c.stale { "cluster down" } else { "cluster" };
+            view! {
+                <section class=class aria-label=format!("cluster {}", c.name) data-cluster=c.name.clone()>
+                    <h2>{format!("Cluster {}", c.name)} " " <span class="cluster-state">{state}</span></h2>
+                    <div class="nodes">
+                        <For each=cards key=|card| keys::node_card(card) let:card>
+                            <NodeCard node=card.0 spark=card.1/>
+                        </For>
+                    </div>
+                </section>
+            }
+        }).collect_view()
+    };
     let total = Signal::derive(move || data().map_or(0, |d| d.list.count));
     let pager = move || {
         data().filter(|d| d.pages > 1).map(|d| {
@@ -137,13 +181,26 @@ fn Live(initial: Result<Data, UiError>) -> impl IntoView {
                 <p class="error" role="alert">"Cannot read the cluster: " {e.message}</p>
             })
         }}
-        <section class="nodes" aria-label="nodes">
-            <For each=move || nodes.get() key=keys::node_card let:card>
-                <NodeCard node=card.0 spark=card.1/>
-            </For>
-        </section>
-        <VmTable vms total filter confirming busy on_outcome/>
+        <Show
+            when=move || clusters.with(Vec::is_empty)
+            fallback=cluster_sections
+        >
+            <section class="nodes" aria-label="nodes">
+                <For each=move || nodes.get() key=keys::node_card let:card>
+                    <NodeCard node=card.0 spark=card.1/>
+                </For>
+            </section>
+        </Show>
+        <VmTable vms total filter confirming busy on_outcome default_cluster/>
         {pager}
+    }
+}
+
+/// `12 s ago`, or `never` for a cluster not read yet.
+fn ago(age_ms: u64) -> String {
+    match age_ms {
+        0 => "never".to_string(),
+        ms => format!("{} s ago", ms / 1000),
     }
 }
 

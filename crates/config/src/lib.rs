@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod allow;
+pub mod clusters;
 mod database;
 pub mod oidc;
 pub mod pve_api;
@@ -229,6 +230,11 @@ impl fmt::Display for BackendKind {
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// This cluster's name (`CLUSTERS`; `default` without it).
+    pub cluster: String,
+    /// The clusters after the first, each with its own settings; the
+    /// first (the default one) is this configuration itself.
+    pub other_clusters: Vec<Config>,
     pub port: u16,
     pub bind: IpAddr,
     pub backend: BackendKind,
@@ -368,7 +374,7 @@ impl Config {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        Vars::new(&vars).parse()
+        clusters::parse(&vars, &Vars::new(&vars))
     }
 
     /// Whether browsers reach pvedeck over HTTPS: its own (`TLS_CERT_FILE`)
@@ -940,6 +946,8 @@ impl<'a> Vars<'a> {
         let log_filter = self.get("RUST_LOG").unwrap_or("info").to_string();
 
         Ok(Config {
+            cluster: clusters::DEFAULT.to_string(),
+            other_clusters: Vec::new(),
             port,
             bind,
             backend,
@@ -1379,7 +1387,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
             let vars = Vars::new(&all);
-            vars.parse().expect("a valid start");
+            clusters::parse(&all, &vars).expect("a valid start");
             read.extend(vars.read.into_inner());
         }
         read

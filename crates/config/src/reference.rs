@@ -151,6 +151,28 @@ pub const SETTINGS: &[Setting] = &[
          ([Backends](backends.md)).",
     ),
     s(
+        "CLUSTERS",
+        Cluster,
+        "unset: one cluster, named `default`",
+        "`name1,name2`: the Proxmox clusters this pvedeck serves (names of letters and digits, \
+         from a letter). The first is the default one: `/api/vm/:id/*` reaches its VMs, \
+         `/api/clusters/:cluster/vm/:id/*` any cluster's ([Operations: several \
+         clusters](operations.md#several-clusters)).",
+    ),
+    s(
+        "CLUSTER_<name>_<VAR>",
+        Cluster,
+        "the shared `<VAR>`",
+        "Cluster `<name>`'s own value of `<VAR>`, one of `PVE_BACKEND`, `PVE_API_URL`, \
+         `PVE_API_TOKEN`, `PVE_API_FINGERPRINT`, `PVE_API_INSECURE`, `PVE_API_CA_FILE`, \
+         `GATEWAY`, `MAIN_NODE`, `NODE_<node>`, `ASSIGN_STORAGE`, `ASSIGN_IP_START`, \
+         `ASSIGN_IP_END`, `TEMPLATE_ID_START`, `TEMPLATE_ID_END`, `RESERVED`, `IMPORT_STORAGE`, \
+         `IMAGE_FETCH`, `MANAGE`, `MAX_OVERCOMMIT`, `MAX_PVE_COMMANDS`, `VM_IP_FILTER`, \
+         `SSH_PORT`, `SSH_KEY_DIR`, `SIM_NODES`, `SIM_VMS`, `SIM_NODE_MEMORY`; `<name>` as in \
+         `CLUSTERS` or upper-cased. Any other `CLUSTER_` variable stops the start. The clusters \
+         after the first keep their own data under `DATA_DIR/clusters/<name>`.",
+    ),
+    s(
         "GATEWAY",
         Cluster,
         "`192.168.0.1` with `sim`; required otherwise",
@@ -588,6 +610,13 @@ pub const SETTINGS: &[Setting] = &[
         Simulator,
         "`1`",
         "How much faster than real time the simulated cluster runs (a positive number).",
+    ),
+    s(
+        "SIM_CLUSTERS",
+        Simulator,
+        "`1`",
+        "How many simulated clusters, without `CLUSTERS`: `default`, `sim2`, `sim3`… (1–32); \
+         with `CLUSTERS`, it must count the clusters named there.",
     ),
     s(
         "SIM_JITTER",

@@ -294,6 +294,11 @@ pub struct InstallBody {
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<InstallMethod>))]
     pub method: Field<String>,
+    /// The cluster (`CLUSTERS`) the VM is made in; absent: the default
+    /// one, or with `"node":"auto"` whichever cluster has the most room.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub cluster: Field<String>,
 }
 
 /// How an install makes its VM.
@@ -339,6 +344,8 @@ pub struct InstallRequest {
     pub pubkey: Option<String>,
     /// `None`: the server's default.
     pub method: Option<InstallMethod>,
+    /// `None`: the default cluster (or, placed automatically, any).
+    pub cluster: Option<String>,
 }
 
 /// go-pve-qemu's zero values: 0 means "not given".
@@ -465,6 +472,18 @@ impl Body for InstallBody {
             ),
         };
 
+        // Only its form is checked here: which clusters there are is
+        // the server's (an unknown one is 404, not 400).
+        let cluster = match text(self.cluster, "cluster")?.filter(|c| !c.is_empty()) {
+            None => None,
+            Some(c) if rules::is_cluster_name(&c) => Some(c),
+            Some(c) => {
+                return refuse(format!(
+                    "cluster '{c}' is not a cluster name (letters and digits, from a letter)"
+                ));
+            }
+        };
+
         Ok(InstallRequest {
             release,
             name,
@@ -477,6 +496,7 @@ impl Body for InstallBody {
             passwd,
             pubkey,
             method,
+            cluster,
         })
     }
 }

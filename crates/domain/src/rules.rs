@@ -150,6 +150,14 @@ pub fn parse_gigabytes(raw: &str) -> Option<u64> {
 
 /// A host name label: what `<name>-<vmid>` must stay, and what a Proxmox
 /// node name is.
+/// Whether `name` may name a cluster (`CLUSTERS`): it is part of variable
+/// names and URLs, so letters and digits only, from a letter.
+pub fn is_cluster_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63

@@ -8,7 +8,7 @@ use crate::rules::Limits;
 
 /// Which VMs `/api/vm/list` returns (`?disable=`): go-pve-qemu's
 /// "disabled" means stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum ListFilter {
     #[default]
     All,
@@ -38,6 +38,20 @@ pub struct VmList {
     pub cluster: Vec<NodeSummary>,
 }
 
+/// One Proxmox cluster a pvedeck serves (`CLUSTERS`), as last read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterInfo {
+    pub name: String,
+    /// Milliseconds since it was last read (0: never yet).
+    pub age_ms: u64,
+    /// Not read within three refresh intervals, or its last read failed:
+    /// down, as far as pvedeck can tell.
+    pub stale: bool,
+    /// Why its last read failed.
+    pub failure: Option<String>,
+}
+
 /// VMs the overview shows at a time: a page of a large cluster renders fast.
 pub const OVERVIEW_PAGE: usize = 200;
 
@@ -59,6 +73,10 @@ pub struct Overview {
     /// Each online node's last hour (CPU and RAM), for the node cards.
     #[serde(default)]
     pub sparks: Vec<NodeSpark>,
+    /// The clusters, when there are several: the node cards are grouped
+    /// under them.
+    #[serde(default)]
+    pub clusters: Vec<ClusterInfo>,
 }
 
 /// Which stretch of a node's history (`pvesh get /nodes/<n>/rrddata
@@ -181,6 +199,9 @@ pub struct NodeHistory {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VmSummary {
+    /// The cluster it is in (`CLUSTERS`; `default` without it).
+    #[serde(default)]
+    pub cluster: String,
     pub vmid: u32,
     pub name: String,
     /// The VM's first tag; `-` for a reserved id.
@@ -218,6 +239,9 @@ pub struct VmSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeSummary {
+    /// The cluster it is in (`CLUSTERS`; `default` without it).
+    #[serde(default)]
+    pub cluster: String,
     pub node: String,
     pub running: bool,
     /// Logical CPUs.

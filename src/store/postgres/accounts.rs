@@ -175,8 +175,11 @@ impl PeopleStore for PgStore {
         Ok(())
     }
 
-    fn owners(&self) -> Result<Vec<(u32, String)>, StoreError> {
-        let rows = self.query("SELECT vmid, \"user\" FROM owners ORDER BY vmid", vec![])?;
+    fn owners(&self, cluster: &str) -> Result<Vec<(u32, String)>, StoreError> {
+        let rows = self.query(
+            "SELECT vmid, \"user\" FROM owners WHERE cluster = $1 ORDER BY vmid",
+            vec![param(cluster.to_string())],
+        )?;
         rows.iter()
             .filter_map(|row| match get_u32(row, "vmid") {
                 Ok(Some(vmid)) => Some(get(row, "user").map(|user| (vmid, user))),
@@ -186,18 +189,26 @@ impl PeopleStore for PgStore {
             .collect()
     }
 
-    fn set_owner(&self, vmid: u32, user: &str, at: i64) -> Result<(), StoreError> {
+    fn set_owner(&self, cluster: &str, vmid: u32, user: &str, at: i64) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO owners (vmid, \"user\", assigned) VALUES ($1, $2, $3)
-             ON CONFLICT (vmid) DO UPDATE SET \"user\" = EXCLUDED.\"user\",
+            "INSERT INTO owners (vmid, \"user\", assigned, cluster) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (cluster, vmid) DO UPDATE SET \"user\" = EXCLUDED.\"user\",
                  assigned = EXCLUDED.assigned",
-            vec![int(vmid), param(user.to_string()), param(at)],
+            vec![
+                int(vmid),
+                param(user.to_string()),
+                param(at),
+                param(cluster.to_string()),
+            ],
         )?;
         Ok(())
     }
 
-    fn remove_owner(&self, vmid: u32) -> Result<(), StoreError> {
-        self.execute("DELETE FROM owners WHERE vmid = $1", vec![int(vmid)])?;
+    fn remove_owner(&self, cluster: &str, vmid: u32) -> Result<(), StoreError> {
+        self.execute(
+            "DELETE FROM owners WHERE vmid = $1 AND cluster = $2",
+            vec![int(vmid), param(cluster.to_string())],
+        )?;
         Ok(())
     }
 }

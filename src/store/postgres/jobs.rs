@@ -53,6 +53,7 @@ fn limit(n: usize) -> i64 {
 impl JobStore for PgStore {
     fn create_job(
         &self,
+        cluster: &str,
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
@@ -62,8 +63,9 @@ impl JobStore for PgStore {
     ) -> Result<u64, StoreError> {
         let row = self
             .query_one(
-                "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+                "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until,
+                                   cluster)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
                 vec![
                     param(word(&kind)),
                     opt_int(vmid),
@@ -73,6 +75,7 @@ impl JobStore for PgStore {
                     param(owner.map(str::to_string)),
                     param(lease.map(|l| l.replica.clone())),
                     param(lease.map(|l| l.until)),
+                    param(cluster.to_string()),
                 ],
             )?
             .ok_or_else(|| StoreError::Postgres("a new job got no id".to_string()))?;
@@ -96,12 +99,19 @@ impl JobStore for PgStore {
         Ok(())
     }
 
-    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError> {
+    fn take_over(
+        &self,
+        cluster: &str,
+        lease: &Lease,
+        now: i64,
+        every: bool,
+    ) -> Result<Vec<Taken>, StoreError> {
         // SKIP LOCKED: replicas sweeping at once each take other jobs.
         let rows = self.query(
             "WITH lapsed AS (
                  SELECT id, replica AS previous, lease_until AS lapsed FROM jobs
-                 WHERE state = 'running' AND ($3 OR lease_until IS NULL OR lease_until < $2)
+                 WHERE state = 'running' AND cluster = $5
+                     AND ($3 OR lease_until IS NULL OR lease_until < $2)
                  ORDER BY id FOR UPDATE SKIP LOCKED
              )
              UPDATE jobs SET replica = $1, lease_until = $4 FROM lapsed
@@ -114,6 +124,7 @@ impl JobStore for PgStore {
                 param(now),
                 param(every),
                 param(lease.until),
+                param(cluster.to_string()),
             ],
         )?;
         let mut taken = rows
@@ -130,11 +141,17 @@ impl JobStore for PgStore {
         Ok(taken)
     }
 
-    fn reserve_vmid(&self, vmid: u32, lease: &Lease, now: i64) -> Result<bool, StoreError> {
+    fn reserve_vmid(
+        &self,
+        cluster: &str,
+        vmid: u32,
+        lease: &Lease,
+        now: i64,
+    ) -> Result<bool, StoreError> {
         // Inserted, or taken from a lease that ran out: a row comes back.
         let got = self.query(
-            "INSERT INTO vmid_reservations (vmid, replica, until) VALUES ($1, $2, $3)
-             ON CONFLICT (vmid) DO UPDATE SET replica = EXCLUDED.replica,
+            "INSERT INTO vmid_reservations (vmid, replica, until, cluster) VALUES ($1, $2, $3, $5)
+             ON CONFLICT (cluster, vmid) DO UPDATE SET replica = EXCLUDED.replica,
                  until = EXCLUDED.until
              WHERE vmid_reservations.until < $4
              RETURNING vmid",
@@ -143,15 +160,20 @@ impl JobStore for PgStore {
                 param(lease.replica.clone()),
                 param(lease.until),
                 param(now),
+                param(cluster.to_string()),
             ],
         )?;
         Ok(!got.is_empty())
     }
 
-    fn release_vmid(&self, vmid: u32, replica: &str) -> Result<(), StoreError> {
+    fn release_vmid(&self, cluster: &str, vmid: u32, replica: &str) -> Result<(), StoreError> {
         self.execute(
-            "DELETE FROM vmid_reservations WHERE vmid = $1 AND replica = $2",
-            vec![int(vmid), param(replica.to_string())],
+            "DELETE FROM vmid_reservations WHERE vmid = $1 AND replica = $2 AND cluster = $3",
+            vec![
+                int(vmid),
+                param(replica.to_string()),
+                param(cluster.to_string()),
+            ],
         )?;
         Ok(())
     }
@@ -317,30 +339,32 @@ impl JobStore for PgStore {
 
     fn record_identity(
         &self,
+        cluster: &str,
         vmid: u32,
         machine_id: &str,
         host_key: &str,
         at: i64,
     ) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO identities (vmid, machine_id, host_key, recorded)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (vmid) DO UPDATE SET machine_id = EXCLUDED.machine_id,
+            "INSERT INTO identities (vmid, machine_id, host_key, recorded, cluster)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (cluster, vmid) DO UPDATE SET machine_id = EXCLUDED.machine_id,
                  host_key = EXCLUDED.host_key, recorded = EXCLUDED.recorded",
             vec![
                 int(vmid),
                 param(machine_id.to_string()),
                 param(host_key.to_string()),
                 param(at),
+                param(cluster.to_string()),
             ],
         )?;
         Ok(())
     }
 
-    fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
+    fn identities(&self, cluster: &str) -> Result<Vec<(u32, String, String)>, StoreError> {
         let rows = self.query(
-            "SELECT vmid, machine_id, host_key FROM identities ORDER BY vmid",
-            vec![],
+            "SELECT vmid, machine_id, host_key FROM identities WHERE cluster = $1 ORDER BY vmid",
+            vec![param(cluster.to_string())],
         )?;
         rows.iter()
             .filter_map(|row| match get_u32(row, "vmid") {
@@ -353,25 +377,26 @@ impl JobStore for PgStore {
             .collect()
     }
 
-    fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
+    fn record_template(&self, cluster: &str, built: &TemplateBuilt) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO templates (vmid, image, built, job) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (vmid) DO UPDATE SET image = EXCLUDED.image,
+            "INSERT INTO templates (vmid, image, built, job, cluster) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (cluster, vmid) DO UPDATE SET image = EXCLUDED.image,
                  built = EXCLUDED.built, job = EXCLUDED.job",
             vec![
                 int(built.vmid),
                 param(built.image.clone()),
                 param(built.built),
                 int(built.job),
+                param(cluster.to_string()),
             ],
         )?;
         Ok(())
     }
 
-    fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
+    fn templates(&self, cluster: &str) -> Result<Vec<TemplateBuilt>, StoreError> {
         let rows = self.query(
-            "SELECT vmid, image, built, job FROM templates ORDER BY vmid",
-            vec![],
+            "SELECT vmid, image, built, job FROM templates WHERE cluster = $1 ORDER BY vmid",
+            vec![param(cluster.to_string())],
         )?;
         rows.iter()
             .filter_map(|row| match get_u32(row, "vmid") {

@@ -31,9 +31,10 @@ use tokio_postgres::{NoTls, Row};
 use super::{Held, Holding, Notice, Store, StoreError};
 
 /// The schema's versions, in order: (version, name, SQL).
-const MIGRATIONS: [(i32, &str, &str); 2] = [
+const MIGRATIONS: [(i32, &str, &str); 3] = [
     (1, "initial", include_str!("migrations/0001_initial.sql")),
     (2, "replicas", include_str!("migrations/0002_replicas.sql")),
+    (3, "clusters", include_str!("migrations/0003_clusters.sql")),
 ];
 
 /// The channels the listener hears (`migrations/0002_replicas.sql`, and

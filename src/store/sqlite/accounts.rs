@@ -166,24 +166,27 @@ impl PeopleStore for SqliteStore {
     }
 
     /// Every VM with an owner: (vmid, user).
-    fn owners(&self) -> Result<Vec<(u32, String)>, StoreError> {
+    fn owners(&self, cluster: &str) -> Result<Vec<(u32, String)>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT vmid, user FROM owners ORDER BY vmid")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let mut stmt =
+            conn.prepare("SELECT vmid, user FROM owners WHERE cluster = ?1 ORDER BY vmid")?;
+        let rows = stmt.query_map([cluster], |row| Ok((row.get(0)?, row.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn set_owner(&self, vmid: u32, user: &str, at: i64) -> Result<(), StoreError> {
+    fn set_owner(&self, cluster: &str, vmid: u32, user: &str, at: i64) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO owners (vmid, user, assigned) VALUES (?1, ?2, ?3)",
-            params![vmid, user, at],
+            "INSERT OR REPLACE INTO owners (cluster, vmid, user, assigned) VALUES (?1, ?2, ?3, ?4)",
+            params![cluster, vmid, user, at],
         )?;
         Ok(())
     }
 
-    fn remove_owner(&self, vmid: u32) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM owners WHERE vmid = ?1", [vmid])?;
+    fn remove_owner(&self, cluster: &str, vmid: u32) -> Result<(), StoreError> {
+        self.conn().execute(
+            "DELETE FROM owners WHERE cluster = ?1 AND vmid = ?2",
+            params![cluster, vmid],
+        )?;
         Ok(())
     }
 }

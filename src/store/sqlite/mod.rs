@@ -46,16 +46,20 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS identities (
-    vmid       INTEGER PRIMARY KEY,
+    cluster    TEXT    NOT NULL DEFAULT 'default',
+    vmid       INTEGER NOT NULL,
     machine_id TEXT    NOT NULL,
     host_key   TEXT    NOT NULL,
-    recorded   INTEGER NOT NULL
+    recorded   INTEGER NOT NULL,
+    PRIMARY KEY (cluster, vmid)
 );
 CREATE TABLE IF NOT EXISTS templates (
-    vmid  INTEGER PRIMARY KEY,
-    image TEXT    NOT NULL,
-    built INTEGER NOT NULL,
-    job   INTEGER NOT NULL
+    cluster TEXT    NOT NULL DEFAULT 'default',
+    vmid    INTEGER NOT NULL,
+    image   TEXT    NOT NULL,
+    built   INTEGER NOT NULL,
+    job     INTEGER NOT NULL,
+    PRIMARY KEY (cluster, vmid)
 );
 CREATE TABLE IF NOT EXISTS users (
     name    TEXT    PRIMARY KEY,
@@ -75,9 +79,11 @@ CREATE TABLE IF NOT EXISTS tokens (
     last_used INTEGER
 );
 CREATE TABLE IF NOT EXISTS owners (
-    vmid     INTEGER PRIMARY KEY,
+    cluster  TEXT    NOT NULL DEFAULT 'default',
+    vmid     INTEGER NOT NULL,
     user     TEXT    NOT NULL,
-    assigned INTEGER NOT NULL
+    assigned INTEGER NOT NULL,
+    PRIMARY KEY (cluster, vmid)
 );
 CREATE TABLE IF NOT EXISTS audit (
     id      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,12 +98,24 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
 ";
 
+/// Tables keyed by VMID alone before pvedeck served several clusters:
+/// (table, its columns after `cluster`). SQLite cannot change a primary
+/// key in place, so each is copied into the new shape once, its rows
+/// becoming the `default` cluster's.
+const KEYED_BY_CLUSTER: [(&str, &str); 3] = [
+    ("identities", "vmid, machine_id, host_key, recorded"),
+    ("templates", "vmid, image, built, job"),
+    ("owners", "vmid, user, assigned"),
+];
+
 /// Columns added after a database was first made: (table, column, type).
 /// `jobs.node`/`jobs.on_stop`: what a running job has at stake (a [`Stake`]).
 /// `jobs.task`: the Proxmox task (UPID) the job waits on, if any.
 /// `jobs.owner`: the user who started it.
 /// `jobs.replica`/`jobs.lease_until`: who held a running job, until when.
-const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
+/// `jobs.cluster`: which cluster's engine runs and reconciles it.
+const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
+    ("jobs", "cluster", "TEXT NOT NULL DEFAULT 'default'"),
     ("events", "host_key", "TEXT"),
     ("jobs", "node", "TEXT"),
     ("jobs", "on_stop", "TEXT"),
@@ -162,7 +180,40 @@ impl SqliteStore {
         // makes a write wait, not fail.
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(open_err)?;
+        for (table, _) in KEYED_BY_CLUSTER {
+            let old: bool = conn
+                .prepare(&format!(
+                    "SELECT 1 FROM pragma_table_info('{table}') WHERE name = 'vmid'
+                     AND NOT EXISTS (SELECT 1 FROM pragma_table_info('{table}')
+                                     WHERE name = 'cluster')"
+                ))
+                .and_then(|mut s| s.exists([]))
+                .map_err(open_err)?;
+            if old {
+                conn.execute_batch(&format!(
+                    "BEGIN; ALTER TABLE {table} RENAME TO {table}_before_clusters; COMMIT;"
+                ))
+                .map_err(open_err)?;
+            }
+        }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        for (table, columns) in KEYED_BY_CLUSTER {
+            let before = format!("{table}_before_clusters");
+            let has: bool = conn
+                .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
+                .and_then(|mut s| s.exists([&before]))
+                .map_err(open_err)?;
+            if has {
+                conn.execute_batch(&format!(
+                    "BEGIN;
+                     INSERT INTO {table} (cluster, {columns})
+                         SELECT 'default', {columns} FROM {before};
+                     DROP TABLE {before};
+                     COMMIT;"
+                ))
+                .map_err(open_err)?;
+            }
+        }
         for (table, column, kind) in ADDED_COLUMNS {
             let has: bool = conn
                 .prepare(&format!(
@@ -188,6 +239,7 @@ impl SqliteStore {
 impl JobStore for SqliteStore {
     fn create_job(
         &self,
+        cluster: &str,
         kind: JobKind,
         vmid: Option<u32>,
         title: &str,
@@ -197,8 +249,9 @@ impl JobStore for SqliteStore {
     ) -> Result<u64, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO jobs (kind, vmid, state, title, created, owner, replica, lease_until,
+                               cluster)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 word(&kind),
                 vmid,
@@ -207,7 +260,8 @@ impl JobStore for SqliteStore {
                 created,
                 owner,
                 lease.map(|l| l.replica.as_str()),
-                lease.map(|l| l.until)
+                lease.map(|l| l.until),
+                cluster
             ],
         )?;
         Ok(conn.last_insert_rowid() as u64)
@@ -218,15 +272,22 @@ impl JobStore for SqliteStore {
         Ok(())
     }
 
-    fn take_over(&self, lease: &Lease, now: i64, every: bool) -> Result<Vec<Taken>, StoreError> {
+    fn take_over(
+        &self,
+        cluster: &str,
+        lease: &Lease,
+        now: i64,
+        every: bool,
+    ) -> Result<Vec<Taken>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let taken: Vec<Taken> = {
             let mut stmt = tx.prepare(
-                "SELECT * FROM jobs WHERE state = ?1
+                "SELECT * FROM jobs WHERE state = ?1 AND cluster = ?4
                  AND (?2 OR lease_until IS NULL OR lease_until < ?3) ORDER BY id",
             )?;
-            let rows = stmt.query_map(params![word(&JobState::Running), every, now], |row| {
+            let running = word(&JobState::Running);
+            let rows = stmt.query_map(params![running, every, now, cluster], |row| {
                 Ok(Taken {
                     orphan: orphan_from_row(row)?,
                     from: row.get("replica")?,
@@ -246,11 +307,17 @@ impl JobStore for SqliteStore {
     }
 
     /// One process: the allocator's own set is every reservation there is.
-    fn reserve_vmid(&self, _vmid: u32, _lease: &Lease, _now: i64) -> Result<bool, StoreError> {
+    fn reserve_vmid(
+        &self,
+        _cluster: &str,
+        _vmid: u32,
+        _lease: &Lease,
+        _now: i64,
+    ) -> Result<bool, StoreError> {
         Ok(true)
     }
 
-    fn release_vmid(&self, _vmid: u32, _replica: &str) -> Result<(), StoreError> {
+    fn release_vmid(&self, _cluster: &str, _vmid: u32, _replica: &str) -> Result<(), StoreError> {
         Ok(())
     }
 
@@ -409,33 +476,36 @@ impl JobStore for SqliteStore {
     /// What a VM pvedeck made proved to be (through the guest agent).
     fn record_identity(
         &self,
+        cluster: &str,
         vmid: u32,
         machine_id: &str,
         host_key: &str,
         at: i64,
     ) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO identities (vmid, machine_id, host_key, recorded)
-             VALUES (?1, ?2, ?3, ?4)",
-            params![vmid, machine_id, host_key, at],
+            "INSERT OR REPLACE INTO identities (cluster, vmid, machine_id, host_key, recorded)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![cluster, vmid, machine_id, host_key, at],
         )?;
         Ok(())
     }
 
     /// A template built: from which image, when, by which job.
-    fn record_template(&self, built: &TemplateBuilt) -> Result<(), StoreError> {
+    fn record_template(&self, cluster: &str, built: &TemplateBuilt) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO templates (vmid, image, built, job) VALUES (?1, ?2, ?3, ?4)",
-            params![built.vmid, built.image, built.built, built.job],
+            "INSERT OR REPLACE INTO templates (cluster, vmid, image, built, job)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![cluster, built.vmid, built.image, built.built, built.job],
         )?;
         Ok(())
     }
 
     /// Every template build recorded, by VMID.
-    fn templates(&self) -> Result<Vec<TemplateBuilt>, StoreError> {
+    fn templates(&self, cluster: &str) -> Result<Vec<TemplateBuilt>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT vmid, image, built, job FROM templates")?;
-        let rows = stmt.query_map([], |row| {
+        let mut stmt =
+            conn.prepare("SELECT vmid, image, built, job FROM templates WHERE cluster = ?1")?;
+        let rows = stmt.query_map([cluster], |row| {
             Ok(TemplateBuilt {
                 vmid: row.get(0)?,
                 image: row.get(1)?,
@@ -447,10 +517,11 @@ impl JobStore for SqliteStore {
     }
 
     /// Every recorded identity: (vmid, machine-id, host key).
-    fn identities(&self) -> Result<Vec<(u32, String, String)>, StoreError> {
+    fn identities(&self, cluster: &str) -> Result<Vec<(u32, String, String)>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT vmid, machine_id, host_key FROM identities")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        let mut stmt =
+            conn.prepare("SELECT vmid, machine_id, host_key FROM identities WHERE cluster = ?1")?;
+        let rows = stmt.query_map([cluster], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -488,6 +559,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::accounts::PeopleStore;
 
     fn temp_db(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("pvedeck-store-{name}-{}", std::process::id()));
@@ -524,9 +596,44 @@ mod tests {
             built: 5,
             job: 3,
         };
-        store.record_template(&built).unwrap();
-        assert_eq!(store.templates().unwrap(), [built]);
-        store.record_identity(107, "m", "ssh-ed25519 K", 2).unwrap();
-        assert_eq!(store.identities().unwrap().len(), 1);
+        store.record_template("default", &built).unwrap();
+        assert_eq!(store.templates("default").unwrap(), [built]);
+        store
+            .record_identity("default", 107, "m", "ssh-ed25519 K", 2)
+            .unwrap();
+        assert_eq!(store.identities("default").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn tables_keyed_by_vmid_alone_become_the_default_clusters() {
+        let path = temp_db("before-clusters");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE owners (vmid INTEGER PRIMARY KEY, user TEXT NOT NULL,
+                                      assigned INTEGER NOT NULL);
+                 CREATE TABLE templates (vmid INTEGER PRIMARY KEY, image TEXT NOT NULL,
+                                         built INTEGER NOT NULL, job INTEGER NOT NULL);
+                 CREATE TABLE identities (vmid INTEGER PRIMARY KEY, machine_id TEXT NOT NULL,
+                                          host_key TEXT NOT NULL, recorded INTEGER NOT NULL);
+                 INSERT INTO owners VALUES (101, 'alice', 1);
+                 INSERT INTO templates VALUES (9000, 'd.qcow2', 2, 3);
+                 INSERT INTO identities VALUES (107, 'm', 'ssh-ed25519 K', 4);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store.owners("default").unwrap(),
+            [(101, "alice".to_string())]
+        );
+        assert_eq!(store.templates("default").unwrap()[0].image, "d.qcow2");
+        assert_eq!(store.identities("default").unwrap()[0].0, 107);
+        store.set_owner("east", 101, "bob", 5).unwrap();
+        assert_eq!(store.owners("default").unwrap().len(), 1);
+        drop(store);
+        let again = SqliteStore::open(&path).unwrap();
+        assert_eq!(again.owners("east").unwrap(), [(101, "bob".to_string())]);
     }
 }
