@@ -76,16 +76,9 @@ pub enum VmCommand {
     },
 }
 
-/// The cluster `/api/vm/:id` means: the first of `CLUSTERS`, or the one
-/// cluster's name without it.
+/// The cluster `/api/vm/:id` means.
 fn default_cluster() -> String {
-    std::env::var("CLUSTERS")
-        .ok()
-        .and_then(|names| {
-            let first = names.split(',').next()?.trim().to_string();
-            (!first.is_empty()).then_some(first)
-        })
-        .unwrap_or_else(|| pvedeck_config::clusters::DEFAULT.to_string())
+    pvedeck_config::clusters::default_of(std::env::var("CLUSTERS").ok().as_deref())
 }
 
 /// What a command prints: on stdout, and on stderr.

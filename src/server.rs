@@ -330,10 +330,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Clusters>), StartError> {
         sims: Arc::new(sims),
     };
 
-    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(
-        engine.clone(),
-        clusters.clone(),
-    )));
+    let backend = SharedBackend(Arc::new(crate::ui::UiBackend(clusters.clone())));
     let context = move || {
         provide_context(backend.clone());
         // The page's nonce, the one its Content-Security-Policy names

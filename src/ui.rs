@@ -18,9 +18,9 @@ use pvedeck_domain::types::{
 use crate::api::status_of;
 use crate::engine::{Actor, Clusters, Command, Engine, EngineError, TemplateCommand};
 
-/// The default cluster's engine (sign-in, people, the VM pages) and every
-/// cluster's (the overview, installs).
-pub struct UiBackend(pub Arc<Engine>, pub Arc<Clusters>);
+/// Every cluster's engines: the overview and installs are all clusters',
+/// sign-in, people and the VM pages the default one's.
+pub struct UiBackend(pub Arc<Clusters>);
 
 fn ui(e: EngineError) -> UiError {
     let (status, message) = status_of(&e);
@@ -38,23 +38,28 @@ fn actor(caller: &Caller) -> Actor {
 }
 
 impl UiBackend {
+    /// The default cluster's engine.
+    fn engine(&self) -> &Arc<Engine> {
+        self.0.first()
+    }
+
     /// Who may change anything, as `/api` rules it: the actor.
     fn authorize(&self, caller: &Caller) -> Result<Actor, UiError> {
         let actor = actor(caller);
-        self.0.authorize_change(&actor).map_err(ui)?;
+        self.engine().authorize_change(&actor).map_err(ui)?;
         Ok(actor)
     }
 
     /// A body checked as `/api` checks it.
     fn check<B: Body>(&self, body: B) -> Result<B::Checked, UiError> {
-        body.check(self.0.limits())
+        body.check(self.engine().limits())
             .map_err(|refused| ui(refused.into()))
     }
 }
 
 impl UiBackend {
     async fn template_job(&self, actor: &Actor, command: TemplateCommand) -> Result<u64, UiError> {
-        self.0
+        self.engine()
             .template_command(actor, command)
             .await
             .map_err(ui)?
@@ -69,24 +74,24 @@ impl UiBackend {
 #[async_trait::async_trait]
 impl Backend for UiBackend {
     fn needs_login(&self) -> bool {
-        self.0.sign_in_configured()
+        self.engine().sign_in_configured()
     }
 
     async fn login(&self, caller: Caller, token: &str) -> Result<SessionCookie, UiError> {
-        let id = self.0.login(caller.ip, token).await.map_err(ui)?;
+        let id = self.engine().login(caller.ip, token).await.map_err(ui)?;
         Ok(SessionCookie {
             id,
-            max_age_secs: self.0.session_ttl().as_secs(),
-            secure: self.0.secure_cookies(),
+            max_age_secs: self.engine().session_ttl().as_secs(),
+            secure: self.engine().secure_cookies(),
         })
     }
 
     fn logout(&self, session: &str) {
-        self.0.logout(session);
+        self.engine().logout(session);
     }
 
     async fn allowance(&self, caller: Caller) -> Result<Option<Allowance>, UiError> {
-        self.0.allowance(&actor(&caller)).await.map_err(ui)
+        self.engine().allowance(&actor(&caller)).await.map_err(ui)
     }
 
     async fn list(
@@ -96,12 +101,12 @@ impl Backend for UiBackend {
         page: usize,
     ) -> Result<Overview, UiError> {
         let actor = actor(&caller);
-        let listing = self.1.list_for(&actor, filter).await.map_err(ui)?;
+        let listing = self.0.list_for(&actor, filter).await.map_err(ui)?;
         // The node figures are over all VMs, whatever the table shows.
         let all = match filter {
             ListFilter::All => listing.listed.clone(),
             _ => {
-                self.1
+                self.0
                     .list_for(&actor, ListFilter::All)
                     .await
                     .map_err(ui)?
@@ -128,47 +133,54 @@ impl Backend for UiBackend {
             stale: listing.stale,
             failure: listing.failure,
             sparks: self
-                .0
+                .engine()
                 .node_hours()
                 .await
                 .iter()
                 .map(|hour| app::charts::sparks(hour))
                 .collect(),
-            clusters: match self.1.all().len() {
+            clusters: match self.0.all().len() {
                 1 => Vec::new(),
-                _ => self.1.states(),
+                _ => self.0.states(),
             },
         })
     }
 
     async fn node_charts(&self, node: String, timeframe: Timeframe) -> Result<NodeCharts, UiError> {
-        let history = self.0.node_history(&node, timeframe).await.map_err(ui)?;
+        let history = self
+            .engine()
+            .node_history(&node, timeframe)
+            .await
+            .map_err(ui)?;
         Ok(app::charts::draw(&history))
     }
 
     async fn catalog(&self) -> Result<Catalog, UiError> {
-        self.0.catalog().await.map_err(ui)
+        self.engine().catalog().await.map_err(ui)
     }
 
     async fn vm(&self, caller: Caller, vmid: u32) -> Result<VmDetail, UiError> {
-        self.0
+        self.engine()
             .vm_detail_for(&actor(&caller), vmid)
             .await
             .map_err(ui)
     }
 
     async fn jobs(&self, caller: Caller) -> Result<Vec<Job>, UiError> {
-        self.0.jobs_for(&actor(&caller), 200).await.map_err(ui)
+        self.engine()
+            .jobs_for(&actor(&caller), 200)
+            .await
+            .map_err(ui)
     }
 
     async fn job(&self, caller: Caller, id: u64) -> Result<JobDetail, UiError> {
-        self.0.job_for(&actor(&caller), id).await.map_err(ui)
+        self.engine().job_for(&actor(&caller), id).await.map_err(ui)
     }
 
     async fn install(&self, caller: Caller, body: InstallBody) -> Result<u64, UiError> {
         let actor = self.authorize(&caller)?;
         let request = self.check(body)?;
-        let (_, job) = self.1.install_as(&actor, request).await.map_err(ui)?;
+        let (_, job) = self.0.install_as(&actor, request).await.map_err(ui)?;
         Ok(job)
     }
 
@@ -186,7 +198,10 @@ impl Backend for UiBackend {
             VmAction::Shutdown => Command::Shutdown,
             VmAction::Destroy => Command::Destroy,
         };
-        self.0.command(&actor, vmid, command).await.map_err(ui)
+        self.engine()
+            .command(&actor, vmid, command)
+            .await
+            .map_err(ui)
     }
 
     async fn resize(&self, caller: Caller, vmid: u32, change: Resize) -> Result<(), UiError> {
@@ -196,7 +211,7 @@ impl Backend for UiBackend {
             Resize::Memory(body) => Command::SetMemory(self.check(body)?),
             Resize::Disk(body) => Command::GrowDisk(self.check(body)?),
         };
-        self.0
+        self.engine()
             .command(&actor, vmid, command)
             .await
             .map(|_| ())
@@ -206,7 +221,7 @@ impl Backend for UiBackend {
     async fn migrate(&self, caller: Caller, vmid: u32, body: SetNode) -> Result<u64, UiError> {
         let actor = self.authorize(&caller)?;
         let node = self.check(body)?;
-        self.0
+        self.engine()
             .command(&actor, vmid, Command::Migrate(node))
             .await
             .map_err(ui)?
@@ -220,7 +235,7 @@ impl Backend for UiBackend {
     async fn templates(&self) -> Result<TemplatesPage, UiError> {
         Ok(TemplatesPage {
             now: pvedeck_support::clock::now_ms(),
-            templates: self.0.templates().await.map_err(ui)?,
+            templates: self.engine().templates().await.map_err(ui)?,
         })
     }
 
@@ -239,7 +254,7 @@ impl Backend for UiBackend {
 
     async fn delete_template(&self, caller: Caller, vmid: u32) -> Result<(), UiError> {
         let actor = self.authorize(&caller)?;
-        self.0
+        self.engine()
             .template_command(&actor, TemplateCommand::Delete(vmid))
             .await
             .map(|_| ())
@@ -247,11 +262,11 @@ impl Backend for UiBackend {
     }
 
     async fn me(&self, caller: Caller) -> Result<Me, UiError> {
-        self.0.me(&actor(&caller)).await.map_err(ui)
+        self.engine().me(&actor(&caller)).await.map_err(ui)
     }
 
     async fn tokens(&self, caller: Caller) -> Result<Vec<TokenInfo>, UiError> {
-        Ok(self.0.tokens_of(&actor(&caller)))
+        Ok(self.engine().tokens_of(&actor(&caller)))
     }
 
     async fn create_token(
@@ -261,7 +276,7 @@ impl Backend for UiBackend {
         expires_days: Option<u32>,
     ) -> Result<String, UiError> {
         let actor = self.authorize(&caller)?;
-        self.0
+        self.engine()
             .create_token_as(&actor, name, expires_days)
             .await
             .map_err(ui)
@@ -269,16 +284,19 @@ impl Backend for UiBackend {
 
     async fn revoke_token(&self, caller: Caller, id: String) -> Result<(), UiError> {
         let actor = self.authorize(&caller)?;
-        self.0.revoke_token_as(&actor, id).await.map_err(ui)
+        self.engine().revoke_token_as(&actor, id).await.map_err(ui)
     }
 
     async fn users(&self, caller: Caller) -> Result<Vec<UserRow>, UiError> {
-        self.0.users_as(&actor(&caller)).await.map_err(ui)
+        self.engine().users_as(&actor(&caller)).await.map_err(ui)
     }
 
     async fn update_user(&self, caller: Caller, change: UserChange) -> Result<(), UiError> {
         let actor = self.authorize(&caller)?;
-        self.0.update_user_as(&actor, change).await.map_err(ui)
+        self.engine()
+            .update_user_as(&actor, change)
+            .await
+            .map_err(ui)
     }
 
     async fn assign_vm(
@@ -288,7 +306,10 @@ impl Backend for UiBackend {
         user: Option<String>,
     ) -> Result<(), UiError> {
         let actor = self.authorize(&caller)?;
-        self.0.assign_as(&actor, vmid, user).await.map_err(ui)
+        self.engine()
+            .assign_as(&actor, vmid, user)
+            .await
+            .map_err(ui)
     }
 
     async fn audit(&self, caller: Caller, filter: AuditFilter) -> Result<Vec<AuditEntry>, UiError> {
@@ -299,6 +320,9 @@ impl Backend for UiBackend {
             limit: 100,
             ..Default::default()
         };
-        self.0.audit_log(&actor(&caller), query).await.map_err(ui)
+        self.engine()
+            .audit_log(&actor(&caller), query)
+            .await
+            .map_err(ui)
     }
 }

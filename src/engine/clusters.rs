@@ -164,7 +164,7 @@ impl Clusters {
         let tries = self.engines.iter().map(|e| e.room_for(request));
         let rooms = futures_util::future::join_all(tries).await;
         let mut best: Option<(i64, &Arc<Engine>)> = None;
-        let mut tightest = None;
+        let mut first_refusal = None;
         for (engine, room) in self.engines.iter().zip(rooms) {
             match room {
                 Ok(free) if best.is_none_or(|(most, _)| free > most) => {
@@ -172,13 +172,14 @@ impl Clusters {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tightest.get_or_insert(e);
+                    first_refusal.get_or_insert(e);
                 }
             }
         }
-        match (best, tightest) {
+        // No cluster fits: the default cluster's reason, as without others.
+        match (best, first_refusal) {
             (Some((_, engine)), _) => Ok(engine.clone()),
-            (None, Some(e)) => Err(e),
+            (None, Some(refused)) => Err(refused),
             (None, None) => Ok(self.first().clone()),
         }
     }

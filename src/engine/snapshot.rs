@@ -227,21 +227,22 @@ impl Cluster {
     /// Without reading or waking: the last good snapshot's age (none
     /// yet: `None`), whether it is stale, and why the last read failed.
     pub fn health(&self) -> (Option<Duration>, bool, Option<String>) {
-        let state = self.state();
-        let age = state.current.as_ref().map(|s| s.taken.elapsed());
-        let failure = match &state.outcome {
-            Some(Err(e)) => Some(e.to_string()),
-            _ => None,
-        };
+        let age = self.age();
+        let failure = self.failure();
         let stale = age.is_none_or(|age| age > self.stale_after()) || failure.is_some();
         (age, stale, failure)
     }
 
-    fn view(&self, snapshot: Arc<Snapshot>) -> View {
-        let failure = match &self.state().outcome {
+    /// Why the last read failed, if it did.
+    fn failure(&self) -> Option<String> {
+        match &self.state().outcome {
             Some(Err(e)) => Some(e.to_string()),
             _ => None,
-        };
+        }
+    }
+
+    fn view(&self, snapshot: Arc<Snapshot>) -> View {
+        let failure = self.failure();
         let age = snapshot.taken.elapsed();
         View {
             stale: age > self.stale_after(),

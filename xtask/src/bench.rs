@@ -121,23 +121,29 @@ fn start(root: &Path, dir: &Path, env: &[(&str, &str)]) -> Result<(Server, Strin
     Ok((server, addr))
 }
 
-/// The environment of a `cli` server whose `qm`, `pvesh`, `pvesm`, `ssh`
-/// are the simulator's stand-ins, on loopback addresses.
-fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
+/// `PATH` with `dir/bin` first, where `tools` are the simulator's
+/// stand-ins.
+pub(crate) fn stand_ins(root: &Path, dir: &Path, tools: &[&str]) -> Result<String, Failed> {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).map_err(io("stand-ins"))?;
-    for tool in ["qm", "pvesh", "pvesm", "ssh"] {
+    for tool in tools {
         let link = bin.join(tool);
         if !link.exists() {
             std::os::unix::fs::symlink(root.join(crate::e2e::SIM), &link)
                 .map_err(io("stand-in link"))?;
         }
     }
-    let path = format!(
+    Ok(format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
-    );
+    ))
+}
+
+/// The environment of a `cli` server whose `qm`, `pvesh`, `pvesm`, `ssh`
+/// are the simulator's stand-ins, on loopback addresses.
+fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
+    let path = stand_ins(root, dir, &["qm", "pvesh", "pvesm", "ssh"])?;
     // A loopback port where nothing listens: the VMID probe's.
     let closed = crate::e2e::closed_port()?;
     let data = |sub: &str| dir.join(sub).display().to_string();

@@ -49,6 +49,15 @@ const MAX_CLUSTERS: usize = 32;
 
 pub use pvedeck_domain::rules::is_cluster_name;
 
+/// The default cluster's name as the admin commands see it, from
+/// `CLUSTERS` alone (they read no other setting): its first name, or
+/// `default`.
+pub fn default_of(clusters: Option<&str>) -> String {
+    clusters
+        .and_then(|names| names.split(',').map(str::trim).find(|n| !n.is_empty()))
+        .map_or_else(|| DEFAULT.to_string(), str::to_string)
+}
+
 /// The clusters' names, first the default one.
 fn names(vars: &Vars<'_>) -> Result<Vec<String>, ConfigError> {
     let sim = vars.u32_in("SIM_CLUSTERS", 1, MAX_CLUSTERS as u32)?;

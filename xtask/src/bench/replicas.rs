@@ -44,18 +44,7 @@ fn cluster(root: &Path, dir: &Path, db: &str) -> Result<Cluster, Failed> {
     let mut mirror = crate::e2e::binary(root, crate::e2e::SIM, dir);
     mirror.arg("mirror");
     let (mirror, images) = crate::e2e::start_logged(mirror, dir, "mirror.log", "http://")?;
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).map_err(io("stand-ins"))?;
-    let link = bin.join("ssh");
-    if !link.exists() {
-        std::os::unix::fs::symlink(root.join(crate::e2e::SIM), &link)
-            .map_err(io("stand-in link"))?;
-    }
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = super::stand_ins(root, dir, &["ssh"])?;
     let closed = crate::e2e::closed_port()?;
     let data = dir.join("data");
     let mut env: Vec<(String, String)> = settings
