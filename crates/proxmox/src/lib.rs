@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod console;
 pub mod drive;
 pub mod escape;
 pub mod firewall;
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+pub use console::{ConsoleIo, ConsoleKind, ConsoleStream};
 pub use firewall::IpFilter;
 pub use timed::Timed;
 pub use types::{CpuInfo, NodeResource, NodeStatus, RrdRow, StorageStatus, VmResource};
@@ -418,6 +420,21 @@ pub trait Pve: Send + Sync {
     /// ipset `ipfilter-net0` made anew with the one address (a clone's,
     /// copied from its template, replaced), then the VM's firewall options.
     async fn ip_filter(&self, node: &str, vmid: u32, filter: IpFilter) -> Result<(), PveError>;
+
+    /// Opens VM `vmid`'s console on `node` (crate::console). The VM must
+    /// be running; a backend without consoles says so.
+    async fn console(
+        &self,
+        _node: &str,
+        _vmid: u32,
+        kind: ConsoleKind,
+    ) -> Result<ConsoleStream, PveError> {
+        Err(PveError::command(
+            format!("console {}", kind.name()),
+            "this backend opens no consoles",
+            2,
+        ))
+    }
 
     /// Whether something answers on `ip:port` (2 s connect timeout).
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool;

@@ -419,6 +419,19 @@ impl Timed {
             .map(AgentExec::bounded)
     }
 
+    /// Opens a VM's console: the opening (a `vncproxy` call, an `ssh`
+    /// start) under the short timeout; the stream itself is the relay's.
+    pub async fn console(
+        &self,
+        node: &str,
+        vmid: u32,
+        kind: crate::ConsoleKind,
+    ) -> Result<crate::ConsoleStream, PveError> {
+        let what = || format!("console {} of {vmid}", kind.name());
+        let call = self.pve.console(node, vmid, kind);
+        self.within(Class::Short, "console", what, call).await
+    }
+
     /// Whether something answers on `ip:port`; a probe that hangs is "no".
     pub async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
         tokio::time::timeout(self.limit(Class::Attempt), self.pve.probe(ip, port))
