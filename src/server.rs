@@ -272,6 +272,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Clusters>), StartError> {
         std::iter::once(config.clone()).chain(config.other_clusters.iter().cloned().map(Arc::new));
     let mut engines = Vec::new();
     let mut sims = BTreeMap::new();
+    let consoles = Arc::new(crate::engine::console::Consoles::new(config.consoles));
     for cluster in each {
         let (pve, mirror, clock, sim) = backend(&cluster, &web)?;
         if let Some(sim) = sim {
@@ -293,6 +294,7 @@ fn assemble(config: Config) -> Result<(Router, Arc<Clusters>), StartError> {
                 // Sign-in is the default cluster's, for all of them.
                 oidc: oidc.take(),
                 image_policy: image_policy.clone(),
+                consoles: consoles.clone(),
             },
         ));
         engine.adopt_owners();

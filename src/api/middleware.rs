@@ -256,7 +256,14 @@ fn has_body(headers: &HeaderMap) -> bool {
 pub async fn guard_cross_site(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let api = path.starts_with("/api/");
-    if !changes_state(req.method()) || !(api || path.starts_with("/fn/")) {
+    // A WebSocket is opened by a GET and changes what it reaches (a VM's
+    // console): a page of another site must not open one with the
+    // browser's session.
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if !(changes_state(req.method()) || upgrade) || !(api || path.starts_with("/fn/")) {
         return next.run(req).await;
     }
     let headers = req.headers();

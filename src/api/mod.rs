@@ -5,6 +5,7 @@ mod audit;
 pub mod auth;
 mod body;
 mod cluster;
+mod console;
 mod cross_site;
 mod error;
 pub mod headers;
@@ -51,6 +52,7 @@ pub fn router() -> Router<AppState> {
 fn cluster_routes() -> Router<AppState> {
     Router::new()
         .route("/vm/{id}/status", get(vm::status))
+        .route("/vm/{id}/console", get(console::console))
         .route("/vm/{id}/start", post(vm::start))
         .route("/vm/{id}/stop", post(vm::stop))
         .route("/vm/{id}/shutdown", post(vm::shutdown))

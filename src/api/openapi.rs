@@ -34,6 +34,7 @@ use super::responses::{Done, Events, Refused};
         super::vm::clusters,
         super::vm::install,
         super::vm::status,
+        super::console::console,
         super::vm::start,
         super::vm::stop,
         super::vm::shutdown,

@@ -211,8 +211,18 @@ impl Engine {
         Ok(session)
     }
 
+    /// When the open session `id` ends (a console closes then), and the
+    /// hash the consoles know it by.
+    pub fn session_end(&self, id: &str) -> Option<(std::time::Instant, String)> {
+        self.sessions
+            .ends(id)
+            .map(|at| (at, super::sessions::hash(id)))
+    }
+
     pub fn logout(&self, session: &str) {
         self.sessions.close(session);
+        self.consoles
+            .close_session(&super::sessions::hash(session), "you signed out");
     }
 
     /// Whether session cookies are `Secure`: the UI is served over https

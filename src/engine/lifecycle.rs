@@ -19,7 +19,7 @@ use super::{Engine, EngineError, VmRef, memory, sshkey};
 use crate::jobs::JobHandle;
 
 /// What a Proxmox refusal means for the client.
-fn refusal(vmid: u32, e: PveError) -> EngineError {
+pub(super) fn refusal(vmid: u32, e: PveError) -> EngineError {
     if e.is_locked() {
         EngineError::Conflict(format!(
             "VM {vmid} {}",
@@ -67,7 +67,7 @@ impl Engine {
         self.qm_status(&vm).await
     }
 
-    async fn qm_status(&self, vm: &VmRef) -> Result<String, EngineError> {
+    pub(super) async fn qm_status(&self, vm: &VmRef) -> Result<String, EngineError> {
         if vm.resource.status == "unknown" {
             return Err(EngineError::Conflict(format!(
                 "VM {} is on node {}, which does not answer",
@@ -108,6 +108,14 @@ impl Engine {
     /// and reused meanwhile (by hand, by another tool, for another tenant)
     /// is refused with 409 and nothing runs, rather than acted on.
     async fn still_the_vm(&self, vm: &VmRef) -> Result<(), EngineError> {
+        self.still_the_vm_as(vm).await.map(drop)
+    }
+
+    /// [`Self::still_the_vm`], with the configuration it read.
+    pub(super) async fn still_the_vm_as(
+        &self,
+        vm: &VmRef,
+    ) -> Result<std::collections::BTreeMap<String, String>, EngineError> {
         let fresh = self
             .proxmox
             .config(&vm.node, vm.vmid)
@@ -115,7 +123,7 @@ impl Engine {
             .map_err(|e| refusal(vm.vmid, e))?;
         let owner = self.directory.people().owners.get(&vm.vmid).cloned();
         match changed(vm, &fresh, self.config.manage, owner.as_deref()) {
-            None => Ok(()),
+            None => Ok(fresh),
             Some(why) => Err(EngineError::Conflict(format!(
                 "VM {} is not the VM pvedeck last read: {why}; nothing was done (read the \
                  list again)",
@@ -154,6 +162,11 @@ impl Engine {
             .destroy(&vm.node, vmid, false)
             .await
             .map_err(|e| refusal(vmid, e))?;
+        self.consoles.close_vm(
+            &self.config.cluster,
+            vmid,
+            &format!("VM {vmid} was destroyed"),
+        );
         if let Ok(ip) = self.allocator.address(vmid) {
             self.forget_host(ip);
         }

@@ -9,6 +9,7 @@ pub mod accounts;
 mod allocator;
 mod cloning;
 pub mod clusters;
+pub mod console;
 mod cpu;
 mod detail;
 pub mod directory;
@@ -99,6 +100,8 @@ pub struct Engine {
     views: tenancy::Views,
     /// Sign-in through OpenID Connect (`OIDC_*`).
     oidc: Option<signin::Oidc>,
+    /// The consoles open, every cluster's.
+    consoles: Arc<console::Consoles>,
 }
 
 /// What an engine is made of besides its configuration.
@@ -114,6 +117,8 @@ pub struct Parts {
     pub oidc: Option<signin::Oidc>,
     /// What each OS's images must show, the keyrings read at start.
     pub image_policy: BTreeMap<pvedeck_domain::os::Os, images::Policy>,
+    /// The consoles open, shared by every cluster's engine.
+    pub consoles: Arc<console::Consoles>,
 }
 
 /// The list with how old its data is.
@@ -190,6 +195,7 @@ impl Engine {
             storage_reads: placement::StorageReads::default(),
             views: tenancy::Views::default(),
             oidc: parts.oidc,
+            consoles: parts.consoles,
         }
     }
 

@@ -59,7 +59,7 @@ impl Subject {
 }
 
 /// A session id as it is kept: its SHA-256, hex.
-fn hash(id: &str) -> String {
+pub(crate) fn hash(id: &str) -> String {
     Sha256::digest(id.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -164,6 +164,11 @@ impl Sessions {
                 None
             }
         }
+    }
+
+    /// When the open session `id` ends, as this process knows it.
+    pub fn ends(&self, id: &str) -> Option<Instant> {
+        lock(&self.open).get(&hash(id)).map(|(ends, _)| *ends)
     }
 
     pub fn close(&self, id: &str) {

@@ -319,7 +319,10 @@ impl Engine {
                     self.proxmox.note_change();
                 }
             }
-            Notice::SessionClosed { hash } => self.sessions.forget(&hash),
+            Notice::SessionClosed { hash } => {
+                self.sessions.forget(&hash);
+                self.consoles.close_session(&hash, "your session ended");
+            }
             _ => {}
         }
     }

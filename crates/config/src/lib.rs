@@ -82,6 +82,32 @@ impl Manage {
     }
 }
 
+/// What bounds the VM consoles pvedeck relays (docs/security.md#consoles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsoleLimits {
+    /// `CONSOLE_IDLE_SECS`: a console without keys or pointer this long closes.
+    pub idle: Duration,
+    /// `CONSOLE_MAX`: consoles open at once, all users together.
+    pub max_open: usize,
+    /// `CONSOLE_BYTES_PER_SEC`: what one console relays per second, each way.
+    pub bytes_per_sec: u64,
+}
+
+impl ConsoleLimits {
+    pub const DEFAULT_MAX_OPEN: usize = 64;
+    pub const DEFAULT_BYTES_PER_SEC: u64 = 4 << 20;
+}
+
+impl Default for ConsoleLimits {
+    fn default() -> ConsoleLimits {
+        ConsoleLimits {
+            idle: Duration::from_secs(900),
+            max_open: ConsoleLimits::DEFAULT_MAX_OPEN,
+            bytes_per_sec: ConsoleLimits::DEFAULT_BYTES_PER_SEC,
+        }
+    }
+}
+
 /// What one job may keep, and how long jobs are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobLimits {
@@ -257,6 +283,8 @@ pub struct Config {
     pub replica_name: Option<String>,
     /// `JOB_LEASE_SECS`: how long a replica holds what it does not renew.
     pub job_lease: Duration,
+    /// `CONSOLE_IDLE_SECS`, `CONSOLE_MAX`, `CONSOLE_BYTES_PER_SEC`.
+    pub consoles: ConsoleLimits,
     /// `VM_MAX_CPU`, `VM_MAX_RAM`, `VM_MAX_DISK`.
     pub limits: Limits,
     pub vm_balloon_min_mb: Option<u32>,
@@ -851,6 +879,17 @@ impl<'a> Vars<'a> {
         let job_lease = Duration::from_secs(u64::from(
             self.u32_in("JOB_LEASE_SECS", 3, 600)?.unwrap_or(15),
         ));
+        let consoles = ConsoleLimits {
+            idle: Duration::from_secs(u64::from(
+                self.u32_in("CONSOLE_IDLE_SECS", 10, 86_400)?.unwrap_or(900),
+            )),
+            max_open: self
+                .int_in("CONSOLE_MAX", 1, 100_000)?
+                .map_or(ConsoleLimits::DEFAULT_MAX_OPEN, |n| n as usize),
+            bytes_per_sec: self
+                .int_in("CONSOLE_BYTES_PER_SEC", 16_384, 1 << 30)?
+                .unwrap_or(ConsoleLimits::DEFAULT_BYTES_PER_SEC),
+        };
         let defaults = JobLimits::default();
         let job_limits = JobLimits {
             max_relayed: self
@@ -964,6 +1003,7 @@ impl<'a> Vars<'a> {
             database_url,
             replica_name,
             job_lease,
+            consoles,
             limits,
             vm_balloon_min_mb,
             max_overcommit,

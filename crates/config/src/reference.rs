@@ -599,6 +599,27 @@ pub const SETTINGS: &[Setting] = &[
          ([Operations: replicas](operations.md#replicas)).",
     ),
     s(
+        "CONSOLE_IDLE_SECS",
+        Access,
+        "`900`",
+        "A VM console (the browser's graphical or serial console) that has sent no key or \
+         pointer event this long is closed, 10–86400 s ([Security: consoles](security.md#consoles)).",
+    ),
+    s(
+        "CONSOLE_MAX",
+        Access,
+        "`64`",
+        "VM consoles open at once, all users together, 1–100000; beyond, 503 \
+         ([Security: consoles](security.md#consoles)).",
+    ),
+    s(
+        "CONSOLE_BYTES_PER_SEC",
+        Access,
+        "`4194304`",
+        "What one VM console relays per second in each direction, 16384–1073741824 bytes; \
+         beyond, the relay waits ([Security: consoles](security.md#consoles)).",
+    ),
+    s(
         "SHUTDOWN_GRACE_SECS",
         Jobs,
         "`60`",

@@ -1041,6 +1041,15 @@ impl Pve for ApiBackend {
             .map(drop)
     }
 
+    async fn console(
+        &self,
+        node: &str,
+        vmid: u32,
+        kind: crate::ConsoleKind,
+    ) -> Result<crate::ConsoleStream, PveError> {
+        self.client.console(node, vmid, kind).await
+    }
+
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
         self.guest.probe(ip, port).await
     }

@@ -126,6 +126,24 @@ impl ApiClient {
         })
     }
 
+    /// `https://<host>:8006/api2/json`.
+    pub(super) fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub(super) fn trust(&self) -> &Trust {
+        &self.trust
+    }
+
+    pub(super) fn seen(&self) -> &Seen {
+        &self.seen
+    }
+
+    /// The token's `Authorization` header.
+    pub(super) fn authorization(&self) -> &HeaderValue {
+        &self.auth
+    }
+
     pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, PveError> {
         self.call(Method::Get, path, query).await
     }

@@ -4,5 +4,6 @@
 
 pub mod backend;
 pub mod client;
+pub mod console;
 pub mod pin;
 pub mod tasks;

@@ -415,3 +415,92 @@ mod fuzz {
         }
     }
 }
+
+/// A long-running command's standard input and output as one stream: a
+/// console (`qm vncproxy`, `qm terminal`) whose bytes are relayed. The
+/// command is killed when the stream is dropped; what it says on standard
+/// error is logged.
+pub struct ChildStream {
+    _child: tokio::process::Child,
+    stdout: tokio::process::ChildStdout,
+    stdin: tokio::process::ChildStdin,
+}
+
+impl Runner {
+    /// Starts `argv` with its standard input and output as a stream.
+    pub fn stream(&self, argv: &[String], env: &[(&str, &str)]) -> Result<ChildStream, PveError> {
+        let shown = display(argv);
+        let Some((program, args)) = argv.split_first() else {
+            return Err(PveError::command(shown, "empty command", 2));
+        };
+        let mut child = Command::new(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| PveError::Command {
+                command: shown.clone(),
+                message: format!("cannot run {program}: {e}"),
+                exit: None,
+            })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(PveError::command(
+                shown,
+                "its input and output were not piped",
+                2,
+            ));
+        };
+        tokio::spawn(async move {
+            let mut said = String::new();
+            let _ = stderr.take(64 * 1024).read_to_string(&mut said).await;
+            let said = said.trim();
+            if !said.is_empty() {
+                tracing::warn!(command = %shown, "console command said: {said}");
+            }
+        });
+        Ok(ChildStream {
+            _child: child,
+            stdout,
+            stdin,
+        })
+    }
+}
+
+impl tokio::io::AsyncRead for ChildStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stdout).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ChildStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stdin).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stdin).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stdin).poll_shutdown(cx)
+    }
+}
