@@ -30,6 +30,7 @@ use leptos_router::{
 use components::whoami::WhoAmI;
 use pages::account::Account;
 use pages::audit::Audit;
+use pages::console::ConsolePage;
 use pages::jobs::{JobPage, Jobs};
 use pages::login::Login;
 use pages::new_vm::NewVm;
@@ -98,6 +99,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/") view=Overview ssr=SsrMode::Async/>
                     <Route path=path!("/new") view=NewVm ssr=SsrMode::Async/>
                     <Route path=path!("/vm/:id") view=VmPage ssr=SsrMode::Async/>
+                    <Route path=path!("/vm/:id/console") view=ConsolePage ssr=SsrMode::Async/>
                     <Route path=path!("/node/:name") view=NodePage ssr=SsrMode::Async/>
                     <Route path=path!("/templates") view=Templates ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=Jobs ssr=SsrMode::Async/>

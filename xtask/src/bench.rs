@@ -42,7 +42,7 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
     // `cargo xtask bench list-api large`: only those; none named, all.
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     type Bench = fn(&Path, &Path, &mut Vec<Figure>) -> Result<(), Failed>;
-    let benches: [(&str, &str, Bench); 13] = [
+    let benches: [(&str, &str, Bench); 14] = [
         (
             "list-sim",
             "list under load, simulated cluster in-process",
@@ -91,6 +91,11 @@ pub fn run(root: &Path, only: &[String]) -> Result<(), Failed> {
             "replicas",
             "replicas on one PostgreSQL: installs, list, follow, kill -9",
             replicas::replicas,
+        ),
+        (
+            "consoles",
+            "the console relay under 20 open consoles",
+            |r, _, f| consoles(r, f),
         ),
     ];
     for (name, title, bench) in benches {
@@ -1171,4 +1176,41 @@ fn sign_in(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Fai
         ),
     );
     Ok(())
+}
+
+/// The console relay's figure: `tests/console.rs`'s benchmark (ignored in
+/// the test command), which prints `FIGURE <what>: <value>` lines.
+fn consoles(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let printed = output(
+        Command::new(cargo)
+            .args([
+                "test",
+                "-j2",
+                "--release",
+                "--test",
+                "console",
+                "--",
+                "--ignored",
+                "--nocapture",
+                "bench_relay",
+            ])
+            .current_dir(root),
+    )
+    .ok_or_else(|| Failed("the console relay benchmark failed (cargo test --release --test console -- --ignored bench_relay)".into()))?;
+    let mut found = false;
+    for line in printed.lines() {
+        if let Some((what, value)) = line
+            .strip_prefix("FIGURE ")
+            .and_then(|rest| rest.split_once(": "))
+        {
+            figure(figures, what, value);
+            found = true;
+        }
+    }
+    if found {
+        Ok(())
+    } else {
+        Err(Failed("the console relay benchmark printed no figure".into()))
+    }
 }

@@ -10,6 +10,7 @@
 //! Every install step checks first, so a second run installs nothing.
 
 mod bench;
+mod console_page;
 mod deb;
 mod e2e;
 mod guest;

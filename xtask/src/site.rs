@@ -106,6 +106,9 @@ pub fn build(root: &Path) -> Result<(), Failed> {
         std::fs::copy(&css, &to).map_err(io(&css))?;
         copy_tree(&root.join("public"), &site)
     })?;
+    step("the console page's script, noVNC and xterm.js", || {
+        crate::console_page::copy(root, &pkg)
+    })?;
 
     step("gzip the bundle", || {
         for entry in std::fs::read_dir(&pkg).map_err(io(&pkg))? {

@@ -1,5 +1,6 @@
 pub mod account;
 pub mod audit;
+pub mod console;
 pub mod jobs;
 pub mod login;
 pub mod new_vm;

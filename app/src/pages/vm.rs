@@ -49,7 +49,14 @@ pub fn VmPage() -> impl IntoView {
                     Some(vmid) => {
                         let initial = get_vm(vmid).await.and_then(|a| a);
                         let admin = get_me().await.and_then(|a| a).is_ok_and(|me| me.is_admin() && me.sign_in);
-                        Either::Left(view! { <LiveVm vmid initial admin/> })
+                        Either::Left(view! {
+                            // A plain link, outside the island: the console
+                            // page is the server's, its script its own.
+                            <p class="vm-links">
+                                <a class="button" href=format!("/vm/{vmid}/console")>"Console"</a>
+                            </p>
+                            <LiveVm vmid initial admin/>
+                        })
                     }
                     None => Either::Right(view! {
                         <h1>"VM"</h1>

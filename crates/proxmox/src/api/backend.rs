@@ -499,6 +499,14 @@ impl ApiBackend {
                 problems.push(missing);
             }
         }
+        // Only the consoles need it: without it everything else works, and
+        // a console says Proxmox's refusal.
+        if !has("/vms", "VM.Console") {
+            tracing::warn!(
+                "the API token lacks VM.Console on /vms: VM consoles will be refused by Proxmox \
+                 (vncproxy, termproxy, vncwebsocket; docs/backends.md#the-api-token)"
+            );
+        }
         if let Some(refusal) = self.tag_access(&has).await {
             problems.push(refusal);
         }
