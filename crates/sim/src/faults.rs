@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operations a fault can name.
-pub const OPS: [&str; 26] = [
+pub const OPS: [&str; 27] = [
     "cluster",
     "storage",
     "nodestatus",
@@ -41,6 +41,9 @@ pub const OPS: [&str; 26] = [
     // A call of the firewall's API (`/cluster/firewall/…`,
     // `…/qemu/<vmid>/firewall/…`) fails, hangs or is late.
     "firewall",
+    // Opening a VM's console (`qm vncproxy`, `qm terminal`, the REST
+    // face's `vncwebsocket`) fails, hangs or is late.
+    "console",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

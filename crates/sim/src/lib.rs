@@ -4,6 +4,7 @@
 //! Proxmox) and what the tests drive. Operations take simulated time, scaled
 //! by `SIM_SPEED`; faults can be injected (`faults.rs`).
 
+pub mod console;
 pub mod faults;
 pub mod firewall;
 mod guest;
@@ -27,8 +28,9 @@ use faults::{Fault, Strike};
 pub use internet::SimInternet;
 use pvedeck_config::Config;
 use pvedeck_proxmox::{
-    AgentExec, CloneMode, DiskImage, GuestCommand, GuestTarget, IpFilter, LineSink, NodeResource,
-    NodeStatus, PowerAction, Pve, PveError, QmOptions, StorageStatus, VmResource,
+    AgentExec, CloneMode, ConsoleKind, ConsoleStream, DiskImage, GuestCommand, GuestTarget,
+    IpFilter, LineSink, NodeResource, NodeStatus, PowerAction, Pve, PveError, QmOptions,
+    StorageStatus, VmResource,
 };
 use pvedeck_support::clock::Clock;
 pub use state::ClusterState;
@@ -71,7 +73,8 @@ impl SimSettings {
 }
 
 pub struct SimCluster {
-    store: Store,
+    /// Shared with what outlives a call (a console's watch on its VM).
+    store: std::sync::Arc<Store>,
     pvesh: std::time::Duration,
     clock: Clock,
     jitter: f64,
@@ -120,7 +123,7 @@ impl SimCluster {
 
     fn with_store(store: Store, settings: &SimSettings) -> SimCluster {
         SimCluster {
-            store,
+            store: std::sync::Arc::new(store),
             pvesh: settings.pvesh,
             clock: Clock::new(settings.speed),
             jitter: settings.jitter,
@@ -520,6 +523,17 @@ impl Pve for SimCluster {
 
     async fn probe(&self, ip: Ipv4Addr, port: u16) -> bool {
         self.guest_probe(ip, port).await
+    }
+
+    async fn console(
+        &self,
+        node: &str,
+        vmid: u32,
+        kind: ConsoleKind,
+    ) -> Result<ConsoleStream, PveError> {
+        self.start_up().await;
+        self.open_console(node, vmid, kind, console::ConsoleOptions::default())
+            .await
     }
 
     async fn guest_exec(

@@ -278,6 +278,40 @@ impl RealGuests {
         })
     }
 
+    /// `qm vncproxy` / `qm terminal`: QEMU's own VNC server or serial
+    /// port. QEMU's VNC asks for no password here (no `password=on`: it
+    /// would refuse everyone until QMP set one); with a `password`, the
+    /// RFB security is the simulator's, in front of QEMU's
+    /// ([`rfb::guard`](crate::console::rfb::guard)).
+    pub async fn console(
+        &self,
+        vmid: u32,
+        kind: pvedeck_proxmox::ConsoleKind,
+        password: Option<String>,
+        command: &str,
+    ) -> Result<Box<dyn pvedeck_proxmox::ConsoleIo>, PveError> {
+        let files = machine::RuntimeFiles::of(&self.runtime(vmid));
+        let socket = match kind {
+            pvedeck_proxmox::ConsoleKind::Vnc => files.vnc,
+            pvedeck_proxmox::ConsoleKind::Serial => files.serial_socket,
+        };
+        let stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .map_err(|e| {
+                PveError::command(
+                    command,
+                    format!("unable to connect to VM {vmid} socket - {e}"),
+                    255,
+                )
+            })?;
+        Ok(match (kind, password) {
+            (pvedeck_proxmox::ConsoleKind::Vnc, Some(password)) => {
+                Box::new(crate::console::rfb::guard(stream, password))
+            }
+            _ => Box::new(stream),
+        })
+    }
+
     /// `qm destroy`: the machine gone (it is stopped already) and the files
     /// of the volumes that went with it.
     pub async fn destroy(&self, vmid: u32, volumes: &[String]) {

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use pvedeck_support::files::write_atomically;
 use pvedeck_support::sync::lock;
+use tokio::sync::watch;
 
 use super::state::ClusterState;
 
@@ -26,18 +27,80 @@ pub enum Store {
         /// The command log when there is no file to keep it in (unit
         /// tests); with a file, only the lock that keeps lines whole.
         log: Mutex<Vec<String>>,
+        /// Each change counted, for [`Changes`].
+        changed: watch::Sender<u64>,
     },
     Shared {
         dir: PathBuf,
         /// The last state read: what a process keeps using should the file
         /// ever fail to parse.
         last: Mutex<ClusterState>,
+        /// This process's changes; other processes' are seen on the file
+        /// ([`Changes`]).
+        changed: watch::Sender<u64>,
     },
 }
 
+/// Tells when the cluster changed, for what must end with a VM (a
+/// console). A change of this process is seen at once; with the shared
+/// store, another process's change is seen when it renames its new
+/// `cluster.json` into place (inotify on the directory).
+pub struct Changes {
+    own: watch::Receiver<u64>,
+    others: Option<inotify::EventStream<Vec<u8>>>,
+}
+
+impl Changes {
+    /// Waits for the next change. `false`: none can come any more (the
+    /// cluster is gone).
+    pub async fn next(&mut self) -> bool {
+        loop {
+            let Some(others) = &mut self.others else {
+                return self.own.changed().await.is_ok();
+            };
+            tokio::select! {
+                own = self.own.changed() => return own.is_ok(),
+                event = futures_util::StreamExt::next(others) => match event {
+                    Some(Ok(event)) if event.name.as_deref() == Some(std::ffi::OsStr::new(STATE_FILE)) => {
+                        return true;
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!("sim: watching the cluster file: {e}");
+                        self.others = None;
+                    }
+                    None => self.others = None,
+                },
+            }
+        }
+    }
+}
+
+/// A watch on `dir` for a new state file (`write_atomically` renames it
+/// into place); `None` (only this process's
+/// changes are seen) when inotify cannot be had.
+fn watch_dir(dir: &Path) -> Option<inotify::EventStream<Vec<u8>>> {
+    let watched = inotify::Inotify::init().and_then(|inotify| {
+        inotify.watches().add(dir, inotify::WatchMask::MOVED_TO)?;
+        inotify.into_event_stream(vec![0u8; 4096])
+    });
+    match watched {
+        Ok(stream) => Some(stream),
+        Err(e) => {
+            tracing::warn!(
+                "sim: cannot watch {} for other processes' changes: {e}",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
+const STATE_FILE: &str = "cluster.json";
+
 /// The state file of a data directory's simulated cluster.
 pub fn state_file(dir: &Path) -> PathBuf {
-    dir.join("cluster.json")
+    dir.join(STATE_FILE)
 }
 
 impl Store {
@@ -46,6 +109,7 @@ impl Store {
             state: Mutex::new(state),
             file,
             log: Mutex::new(Vec::new()),
+            changed: watch::Sender::new(0),
         };
         if let Store::Memory { state, file, .. } = &store {
             save(file.as_deref(), &lock(state));
@@ -68,6 +132,22 @@ impl Store {
         Store::Shared {
             dir,
             last: Mutex::new(state),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    /// What tells of the changes from now on. Must be taken inside a tokio
+    /// runtime (the shared store's watch is a tokio stream).
+    pub fn changes(&self) -> Changes {
+        match self {
+            Store::Memory { changed, .. } => Changes {
+                own: changed.subscribe(),
+                others: None,
+            },
+            Store::Shared { dir, changed, .. } => Changes {
+                own: changed.subscribe(),
+                others: watch_dir(dir),
+            },
         }
     }
 
@@ -75,15 +155,25 @@ impl Store {
     /// change is saved.
     pub fn update<R>(&self, f: impl FnOnce(&mut ClusterState) -> (R, bool)) -> R {
         match self {
-            Store::Memory { state, file, .. } => {
+            Store::Memory {
+                state,
+                file,
+                changed: tell,
+                ..
+            } => {
                 let mut state = lock(state);
                 let (out, changed) = f(&mut state);
                 if changed {
                     save(file.as_deref(), &state);
+                    tell.send_modify(|n| *n += 1);
                 }
                 out
             }
-            Store::Shared { dir, last } => {
+            Store::Shared {
+                dir,
+                last,
+                changed: tell,
+            } => {
                 let _guard = FileLock::take(dir);
                 let mut state = self.load(dir, last);
                 let (out, changed) = f(&mut state);
@@ -91,6 +181,9 @@ impl Store {
                     save(Some(&state_file(dir)), &state);
                 }
                 *lock(last) = state;
+                if changed {
+                    tell.send_modify(|n| *n += 1);
+                }
                 out
             }
         }

@@ -141,6 +141,11 @@ pub struct RuntimeFiles {
     pub qmp: PathBuf,
     pub qga: PathBuf,
     pub serial: PathBuf,
+    /// The first serial port, for `qm terminal` (its output also goes
+    /// to `serial`).
+    pub serial_socket: PathBuf,
+    /// QEMU's VNC server, for `qm vncproxy`.
+    pub vnc: PathBuf,
     pub seed: PathBuf,
 }
 
@@ -151,6 +156,8 @@ impl RuntimeFiles {
             qmp: dir.join("qmp.sock"),
             qga: dir.join("qga.sock"),
             serial: dir.join("serial.log"),
+            serial_socket: dir.join("serial.sock"),
+            vnc: dir.join("vnc.sock"),
             seed: dir.join("seed.iso"),
         }
     }
@@ -249,7 +256,11 @@ pub fn command_line(spec: &MachineSpec, accel: Accel) -> Vec<String> {
         Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
         Accel::Tcg => push(&["-accel", "tcg,thread=multi"]),
     }
+    // A VGA card for the VNC console (`-nodefaults` drops the default one);
+    // `-display none` leaves VNC, QEMU's own window is what it turns off.
     push(&["-machine", "pc", "-nodefaults", "-display", "none"]);
+    push(&["-device", "VGA"]);
+    push(&["-vnc", &format!("unix:{}", socket_path(&files.vnc))]);
     push(&["-m", &spec.memory_mib.to_string()]);
     push(&["-smp", &spec.cores.to_string()]);
     push(&[
@@ -306,8 +317,24 @@ pub fn command_line(spec: &MachineSpec, accel: Accel) -> Vec<String> {
         "-qmp",
         &format!("unix:{},server=on,wait=off", path(&files.qmp)),
     ]);
-    push(&["-serial", &format!("file:{}", path(&files.serial))]);
+    // The serial port is a socket for the console, logged to a file as
+    // before (`logfile` keeps what was said while nobody listened).
+    push(&[
+        "-chardev",
+        &format!(
+            "socket,id=serial0,path={},server=on,wait=off,logfile={}",
+            socket_path(&files.serial_socket),
+            socket_path(&files.serial)
+        ),
+    ]);
+    push(&["-serial", "chardev:serial0"]);
     args
+}
+
+/// A path inside a `-chardev` or `-vnc` option, where a comma ends the
+/// value unless doubled.
+fn socket_path(path: &Path) -> String {
+    drive_path(path)
 }
 
 /// A path inside a `-drive` option, where a comma ends the value unless
@@ -323,7 +350,7 @@ fn drive_path(path: &Path) -> String {
 /// Starting a VM that runs is refused: two QEMUs on one disk corrupt it.
 pub async fn start(spec: &MachineSpec) -> Result<u32, MachineError> {
     let files = RuntimeFiles::of(&spec.dir);
-    for socket in [&files.qmp, &files.qga] {
+    for socket in [&files.qmp, &files.qga, &files.serial_socket, &files.vnc] {
         if socket.as_os_str().len() >= SUN_PATH_MAX {
             return Err(MachineError::Spec(format!(
                 "{} is longer than a unix socket path may be ({} bytes)",
@@ -552,6 +579,11 @@ mod tests {
         assert!(line.contains("-pidfile /run/vm/105/qemu.pid"));
         assert!(line.contains("path=/run/vm/105/qga.sock,server=on,wait=off"));
         assert!(line.contains("name=org.qemu.guest_agent.0"));
+        assert!(line.contains("-vnc unix:/run/vm/105/vnc.sock"));
+        assert!(line.contains(
+            "socket,id=serial0,path=/run/vm/105/serial.sock,server=on,wait=off,logfile=/run/vm/105/serial.log"
+        ));
+        assert!(line.contains("-serial chardev:serial0"));
         assert!(
             !line.contains("-no-reboot"),
             "a guest's reboot must not end QEMU"

@@ -13,7 +13,8 @@ use std::io::Write;
 use serde_json::Value;
 
 use pvedeck_config::Config;
-use pvedeck_proxmox::{GuestCommand, GuestTarget, PowerAction, PveError};
+use pvedeck_proxmox::{ConsoleIo, ConsoleKind, GuestCommand, GuestTarget, PowerAction, PveError};
+use pvedeck_sim::console::ConsoleOptions;
 use pvedeck_sim::{SimCluster, SimSettings};
 
 const TOOLS: [&str; 4] = ["qm", "pvesh", "pvesm", "ssh"];
@@ -92,17 +93,22 @@ fn run(argv: Vec<String>) -> i32 {
     // Its stdout is the pipe pvedeck reads: a guest's flood goes there as
     // bytes, for pvedeck to bound.
     sim.print_guest_floods_raw();
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         let face = Face {
             sim: &sim,
             node,
             remote: false,
+            env: Vec::new(),
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stdin()),
         };
         match face.tool(&argv).await {
             Ok(code) => code,
             Err(e) => face.fail(e),
         }
-    })
+    });
+    // A console's read of stdin may still be blocked: not waited for.
+    runtime.shutdown_background();
+    code
 }
 
 const USAGE: &str = "\
@@ -125,6 +131,12 @@ struct Face<'a> {
     /// Reached through the `ssh` stand-in: the command runs on another
     /// machine than its caller's, whose files it cannot read.
     remote: bool,
+    /// `NAME=value` words before the command, as the node's shell sets
+    /// them for it (`LC_PVE_TICKET=… qm vncproxy 101`).
+    env: Vec<(String, String)>,
+    /// Its stdin is a terminal: a tty of its own, or the pty `ssh -tt`
+    /// makes on the node (`qm terminal`'s socat needs one).
+    terminal: bool,
 }
 
 /// Options that take no value (a bare `--purge` means 1).
@@ -286,10 +298,25 @@ impl Face<'_> {
         exit
     }
 
+    /// A variable of the command's environment: set on its command line,
+    /// else the process's (`ssh` passes `LC_*` on, as Debian's
+    /// `SendEnv`/`AcceptEnv` do).
+    fn env(&self, name: &str) -> Option<String> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    }
+
     async fn tool(&self, argv: &[String]) -> Result<i32, PveError> {
         let args = &argv[1.min(argv.len())..];
-        match argv.first().map(String::as_str) {
+        // `/usr/sbin/qm` is `qm`, as the node's PATH finds it.
+        let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p));
+        match program {
             Some("qm") => self.qm(args).await,
+            Some("socat") if self.remote => self.socat(args).await,
             Some("pvesh") => self.pvesh(args).await,
             Some("pvesm") => self.pvesm(args).await,
             Some("ssh") => self.ssh(args).await,
@@ -526,6 +553,19 @@ impl Face<'_> {
                 };
                 sim.qm_migrate(node, vmid(p.first())?, target, &out).await?;
             }
+            "vncproxy" => return self.vncproxy(vmid(p.first())?).await,
+            "terminal" => {
+                let option = |key: &str| {
+                    parsed
+                        .options
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, v)| v.clone())
+                };
+                return self
+                    .terminal(vmid(p.first())?, option("iface"), option("escape"))
+                    .await;
+            }
             other => {
                 eprintln!("ERROR: unknown command 'qm {other}'");
                 return Ok(255);
@@ -735,11 +775,21 @@ impl Face<'_> {
         let mut login = None;
         let mut port = 22u16;
         let mut options: Vec<String> = Vec::new();
+        // `-t` asks for a pty when ssh's stdin is a terminal, `-tt` always;
+        // `-T` never.
+        let mut ttys = 0;
         while i < args.len() && args[i].starts_with('-') {
             let opt = &args[i];
             if opt == "--" {
                 i += 1;
                 break;
+            }
+            if opt.len() > 1 && opt[1..].chars().all(|c| "tT".contains(c)) {
+                for c in opt[1..].chars() {
+                    ttys = if c == 'T' { -1 } else { ttys.max(0) + 1 };
+                }
+                i += 1;
+                continue;
             }
             let letter = opt.chars().nth(1).unwrap_or(' ');
             if WITH_VALUE.contains(letter) && opt.len() == 2 {
@@ -784,15 +834,26 @@ impl Face<'_> {
                 eprintln!("{user}@{ip}: Permission denied (publickey).");
                 return Ok(255);
             }
-            // As the node's shell splits what `ssh` hands it.
-            let Some(words) = shlex::split(&command) else {
+            // As the node's shell splits what `ssh` hands it, and sets
+            // the variables written before the command.
+            let Some(mut words) = shlex::split(&command) else {
                 eprintln!("bash: -c: line 1: unexpected EOF while looking for matching quote");
                 return Ok(2);
             };
+            let assignments = words.iter().take_while(|w| is_assignment(w)).count();
+            let env = words
+                .drain(..assignments)
+                .filter_map(|w| {
+                    w.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect();
             let face = Face {
                 sim: self.sim,
                 node,
                 remote: true,
+                env,
+                terminal: ttys >= 2 || (ttys == 1 && self.terminal),
             };
             return Box::pin(face.tool(&words)).await;
         }
@@ -849,6 +910,149 @@ impl Face<'_> {
         };
         pvedeck_proxmox::Pve::guest_exec(self.sim, &target, &guest, &out).await?;
         Ok(0)
+    }
+
+    /// `qm vncproxy <vmid>` (qm.pm `vncproxy`, `run_vnc_proxy`): the VM's
+    /// VNC server on stdin/stdout, its password `LC_PVE_TICKET` (QMP
+    /// `set_password`); without it, refused.
+    async fn vncproxy(&self, id: u32) -> Result<i32, PveError> {
+        let command = format!("qm vncproxy {id}");
+        self.sim
+            .read(|s| pvedeck_sim::qm::vm_on(s, &self.node, id, &command, true).map(drop))?;
+        let Some(ticket) = self.env("LC_PVE_TICKET").filter(|t| !t.is_empty()) else {
+            return Err(PveError::command(
+                &command,
+                "LC_PVE_TICKET not set, VNC proxy without password is forbidden",
+                255,
+            ));
+        };
+        let options = ConsoleOptions {
+            password: Some(ticket),
+            iface: None,
+        };
+        let console = self
+            .sim
+            .open_console(&self.node, id, ConsoleKind::Vnc, options)
+            .await?;
+        relay(console.io, None).await;
+        Ok(0)
+    }
+
+    /// `qm terminal <vmid> [-iface serialN] [-escape X]` (qm.pm
+    /// `terminal`): checks, a banner, then socat between the serial
+    /// port's socket and stdio, which needs a terminal (`raw,echo=0`).
+    async fn terminal(
+        &self,
+        id: u32,
+        iface: Option<String>,
+        escape: Option<String>,
+    ) -> Result<i32, PveError> {
+        let command = format!("qm terminal {id}");
+        let escape = parse_escape(escape.as_deref().unwrap_or("^O")).ok_or_else(|| {
+            PveError::command(
+                &command,
+                format!(
+                    "invalid escape character definition: {}",
+                    escape.as_deref().unwrap_or_default()
+                ),
+                255,
+            )
+        })?;
+        let iface = self.sim.read(|s| {
+            let vm = pvedeck_sim::qm::vm_on(s, &self.node, id, &command, true)?;
+            pvedeck_sim::console::serial_iface(vm, iface.as_deref(), &command)
+        })?;
+        let options = ConsoleOptions {
+            password: None,
+            iface: Some(iface.clone()),
+        };
+        let console = self
+            .sim
+            .open_console(&self.node, id, ConsoleKind::Serial, options)
+            .await?;
+        let exit = if escape == 0 {
+            String::new()
+        } else {
+            format!(" (press Ctrl+{} to exit)", char::from(escape + 0x40))
+        };
+        // A terminal turns the banner's newline into CR LF (socat has not
+        // made it raw yet).
+        let newline = if self.terminal { "\r\n" } else { "\n" };
+        let banner = format!("starting serial terminal on interface {iface}{exit}{newline}");
+        {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(banner.as_bytes());
+            let _ = stdout.flush();
+        }
+        if !self.terminal {
+            // socat's `raw,echo=0` on a pipe; qm ignores socat's exit.
+            eprintln!(
+                "socat[{}] E tcgetattr(0, 0x7ffc0c4e2a40): Inappropriate ioctl for device",
+                std::process::id()
+            );
+            return Ok(0);
+        }
+        relay(console.io, (escape != 0).then_some(escape)).await;
+        Ok(0)
+    }
+
+    /// `socat - UNIX-CONNECT:/var/run/qemu-server/<vmid>.serialN` on a
+    /// node: the serial port's socket, byte for byte, which exists while
+    /// the VM runs with that port a socket.
+    async fn socat(&self, args: &[String]) -> Result<i32, PveError> {
+        let stdio = ["-", "STDIO", "STDIN", "STDOUT"];
+        let (socket, other): (Vec<&String>, Vec<&String>) = args
+            .iter()
+            .filter(|a| !a.starts_with('-') || *a == "-")
+            .partition(|a| a.starts_with("UNIX-CONNECT:") || a.starts_with("UNIX:"));
+        let (Some(socket), [io]) = (socket.first(), other.as_slice()) else {
+            eprintln!(
+                "socat[{}] E exactly 2 addresses required",
+                std::process::id()
+            );
+            return Ok(1);
+        };
+        if !stdio.contains(&io.split(',').next().unwrap_or_default()) {
+            eprintln!(
+                "socat[{}] E unknown device/address \"{io}\"",
+                std::process::id()
+            );
+            return Ok(1);
+        }
+        let path = socket.split_once(':').map_or("", |(_, p)| p);
+        let path = path.split(',').next().unwrap_or_default();
+        let port = path
+            .strip_prefix("/var/run/qemu-server/")
+            .or_else(|| path.strip_prefix("/run/qemu-server/"))
+            .and_then(|name| name.split_once('.'))
+            .and_then(|(id, iface)| Some((id.parse::<u32>().ok()?, iface.to_string())));
+        let missing = || {
+            eprintln!(
+                "socat[{}] E connect(5, AF=1 \"{path}\", {}): No such file or directory",
+                std::process::id(),
+                path.len() + 2
+            );
+            Ok(1)
+        };
+        let Some((id, iface)) = port.filter(|(_, iface)| iface.starts_with("serial")) else {
+            return missing();
+        };
+        let options = ConsoleOptions {
+            password: None,
+            iface: Some(iface),
+        };
+        // QEMU's socket is there only while the VM runs with that port.
+        match self
+            .sim
+            .open_console(&self.node, id, ConsoleKind::Serial, options)
+            .await
+        {
+            Ok(console) => {
+                relay(console.io, None).await;
+                Ok(0)
+            }
+            Err(_) => missing(),
+        }
     }
 
     /// `pvedeck-sim fault '<json>'` or `pvedeck-sim fault clear`.
@@ -929,9 +1133,91 @@ impl Face<'_> {
     }
 }
 
+/// `NAME=value`, a shell's variable assignment before a command.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// `qm terminal -escape`: `^X`, `0x…` or a number; 0 is none.
+fn parse_escape(text: &str) -> Option<u8> {
+    if let Some(c) = text.strip_prefix('^') {
+        let mut chars = c.chars();
+        return match (chars.next(), chars.next()) {
+            (Some(c @ '\x40'..='\x7a'), None) => Some(c as u8 & 0x1f),
+            _ => None,
+        };
+    }
+    if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        return u8::from_str_radix(hex, 16).ok();
+    }
+    text.parse().ok()
+}
+
+/// A console between this process's stdin and stdout, until either side
+/// ends; `escape` on stdin ends it too (socat's `escape=`).
+async fn relay(io: Box<dyn ConsoleIo>, escape: Option<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut from_vm, mut to_vm) = tokio::io::split(io);
+    let up = async {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let n = stdin.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+            let chunk = &buf[..n];
+            let end = escape.and_then(|e| chunk.iter().position(|b| *b == e));
+            to_vm.write_all(&chunk[..end.unwrap_or(n)]).await?;
+            to_vm.flush().await?;
+            if end.is_some() {
+                return Ok(());
+            }
+        }
+    };
+    let down = async {
+        // Each chunk flushed at once: the peer waits on it, and std's
+        // stdout would hold bytes until a newline.
+        let mut stdout = tokio::io::stdout();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = from_vm.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<(), std::io::Error>(());
+            }
+            stdout.write_all(&buf[..n]).await?;
+            stdout.flush().await?;
+        }
+    };
+    let ended = tokio::select! {
+        up = up => up,
+        down = down => down,
+    };
+    if let Err(e) = ended {
+        tracing::debug!("console relay: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escapes_and_assignments_read_as_qm_and_bash_read_them() {
+        assert_eq!(parse_escape("^O"), Some(0x0f));
+        assert_eq!(parse_escape("0"), Some(0));
+        assert_eq!(parse_escape("0x1d"), Some(0x1d));
+        assert_eq!(parse_escape("^"), None);
+        assert_eq!(parse_escape("ctrl-o"), None);
+        assert!(is_assignment("LC_PVE_TICKET=a:b=c"));
+        assert!(!is_assignment("/usr/sbin/qm"));
+        assert!(!is_assignment("1A=b"));
+        assert!(!is_assignment("--name=x"));
+    }
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

@@ -14,7 +14,8 @@ use super::error::ApiError;
 
 pub const TOKEN_ID: &str = "pvedeck@pve!deck";
 
-/// The `PVEDeck` role of the research notes (PVE 9).
+/// The `PVEDeck` role of the research notes (PVE 9), with `VM.Console`
+/// for the consoles.
 pub const DEFAULT_PRIVS: &[&str] = &[
     "VM.Audit",
     "VM.Allocate",
@@ -31,6 +32,8 @@ pub const DEFAULT_PRIVS: &[&str] = &[
     "VM.Migrate",
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.Unrestricted",
+    // The consoles (`vncproxy`, `termproxy`, `vncwebsocket`; issue 30).
+    "VM.Console",
     "Datastore.AllocateSpace",
     "Datastore.AllocateTemplate",
     "Datastore.Audit",

@@ -49,6 +49,8 @@ pub struct Api {
     next_pid: AtomicU32,
     /// The largest upload body taken (`SIM_UPLOAD_MAX_BYTES`).
     upload_max: u64,
+    /// The console proxies waiting for their WebSocket.
+    consoles: routes::Consoles,
 }
 
 impl Api {
@@ -180,6 +182,7 @@ async fn serve(config: &Config) -> Result<(), ServeError> {
         execs: Mutex::new(BTreeMap::new()),
         next_pid: AtomicU32::new(1000),
         upload_max,
+        consoles: routes::Consoles::default(),
     });
     // `SIM_API_MS`: what each answer takes, as pveproxy and pvedaemon
     // take it on a real cluster (the benchmark's slow Proxmox).
@@ -237,6 +240,8 @@ async fn serve(config: &Config) -> Result<(), ServeError> {
             let service = hyper_util::service::TowerToHyperService::new(app);
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                // The consoles' `vncwebsocket` upgrades the connection.
+                .with_upgrades()
                 .await;
         });
     }

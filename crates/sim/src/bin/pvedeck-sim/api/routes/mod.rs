@@ -3,6 +3,7 @@
 
 mod agent;
 mod cluster;
+mod console;
 mod firewall;
 mod qemu;
 mod storage;
@@ -23,6 +24,8 @@ use super::Api;
 use super::auth;
 use super::error::ApiError;
 use super::params::Params;
+
+pub use console::Consoles;
 
 pub fn router(api: Arc<Api>) -> Router {
     let q = "/api2/json/nodes/{node}/qemu/{vmid}";
@@ -86,6 +89,9 @@ pub fn router(api: Arc<Api>) -> Router {
             &format!("{q}/firewall/ipset/{{name}}/{{cidr}}"),
             axum::routing::delete(firewall::remove_ip),
         )
+        .route(&format!("{q}/vncproxy"), post(console::vncproxy))
+        .route(&format!("{q}/termproxy"), post(console::termproxy))
+        .route(&format!("{q}/vncwebsocket"), get(console::vncwebsocket))
         .route(&format!("{q}/agent/ping"), post(agent::ping))
         .route(&format!("{q}/agent/exec"), post(agent::exec))
         .route(&format!("{q}/agent/exec-status"), get(agent::exec_status))
