@@ -191,6 +191,10 @@ impl SimCluster {
             Ok((GuestInfo::of(vm), Instance::of(vm)))
         })?;
         if let Some(real) = &self.real {
+            // A guest that powered itself off has no QEMU to connect to.
+            if !real.running(vmid) {
+                return Err(fail(&command, format!("VM {vmid} not running")));
+            }
             let io = real
                 .console(vmid, kind, options.password.clone(), &command)
                 .await?;

@@ -808,7 +808,7 @@ async fn run<W: AsyncWrite + Unpin>(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::super::tty::GuestOs;
     use super::*;
 
@@ -1025,6 +1025,23 @@ pub(crate) mod tests {
         let refused = Client::connect(session(Some("s3cret")).await, Some("guess"))
             .await
             .err();
+        assert_eq!(refused.as_deref(), Some("Authentication failed"));
+    }
+
+    #[tokio::test]
+    async fn a_guard_asks_for_the_password_in_front_of_a_server_that_asks_none() {
+        // A real guest's QEMU offers None; the guard's client must log in.
+        let guarded = guard(session(None).await, "ticket12".to_string());
+        let mut c = Client::connect(guarded, Some("ticket12")).await.unwrap();
+        assert_eq!(c.name, "web-01", "ServerInit passes through");
+        c.request(false).await;
+        assert_eq!(c.read_update().await, [Rect::FULL]);
+        let refused = Client::connect(
+            guard(session(None).await, "ticket12".to_string()),
+            Some("nope"),
+        )
+        .await
+        .err();
         assert_eq!(refused.as_deref(), Some("Authentication failed"));
     }
 

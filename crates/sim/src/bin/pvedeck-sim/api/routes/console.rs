@@ -1,5 +1,5 @@
-//! Consoles (Qemu.pm `vncproxy`, `termproxy`, `vncwebsocket`; research in
-//! crates/sim/CONSOLE-NOTES.md): a POST starts a proxy task listening on
+//! Consoles (qemu-server `PVE/API2/Qemu.pm` `vncproxy`, `termproxy`,
+//! `vncwebsocket`; pve-xtermjs `termproxy`): a POST starts a proxy task listening on
 //! a port of 5900–5999 for one connection within 10 s and answers a ticket
 //! bound to the token, the VM and the port; `vncwebsocket` with that port
 //! and ticket upgrades to a WebSocket that pveproxy would join to the
