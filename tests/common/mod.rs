@@ -236,13 +236,13 @@ pub async fn server_in(data_dir: &std::path::Path, vars: &[(&str, &str)]) -> Ser
     }
 }
 
-/// A directory with `qm`, `pvesh`, `pvesm` (and `ssh` unless `real_ssh`)
+/// A directory with `qm`, `pvesh`, `pvesm`, `socat` (and `ssh` unless `real_ssh`)
 /// linked to the pvedeck binary: the simulator's command-line face.
 pub fn stand_ins(real_ssh: bool) -> PathBuf {
     if real_ssh {
-        links(&["qm", "pvesh", "pvesm"])
+        links(&["qm", "pvesh", "pvesm", "socat"])
     } else {
-        links(&["qm", "pvesh", "pvesm", "ssh"])
+        links(&["qm", "pvesh", "pvesm", "socat", "ssh"])
     }
 }
 

@@ -80,7 +80,7 @@ impl Lane {
             format!("{}  {IMAGE_NAME}\n", image.sha512),
         )
         .map_err(io("SHA512SUMS"))?;
-        for tool in ["qm", "pvesh", "pvesm", "ssh"] {
+        for tool in ["qm", "pvesh", "pvesm", "socat", "ssh"] {
             std::os::unix::fs::symlink(root.join(SIM), bin.join(tool))
                 .map_err(io("the stand-ins"))?;
         }

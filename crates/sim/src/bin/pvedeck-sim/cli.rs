@@ -17,7 +17,9 @@ use pvedeck_proxmox::{ConsoleIo, ConsoleKind, GuestCommand, GuestTarget, PowerAc
 use pvedeck_sim::console::ConsoleOptions;
 use pvedeck_sim::{SimCluster, SimSettings};
 
-const TOOLS: [&str; 4] = ["qm", "pvesh", "pvesm", "ssh"];
+/// `socat`: what pvedeck's cli backend reads a VM's serial socket with, on
+/// the main node itself or over `ssh`.
+const TOOLS: [&str; 5] = ["qm", "pvesh", "pvesm", "socat", "ssh"];
 
 /// What `args` (the process's, program name first) asks for: a stand-in
 /// called through a link named `qm`, `pvesh`, `pvesm` or `ssh`, a
@@ -121,7 +123,7 @@ usage: pvedeck-sim qm|pvesh|pvesm|ssh <args>   one command, as the real tool ans
        pvedeck-sim world                          simulated ms of one install (benchmarks)
        pvedeck-sim api                            the REST face over HTTPS (long-running)
        pvedeck-sim mirror                         the cloud images over HTTP (long-running)
-A link named qm, pvesh, pvesm or ssh to this binary answers as that tool.
+A link named qm, pvesh, pvesm, socat or ssh to this binary answers as that tool.
 The cluster lives in DATA_DIR/sim, configured like the server's (SIM_SPEED, GATEWAY, NODE_<name>…).";
 
 struct Face<'a> {
@@ -316,7 +318,7 @@ impl Face<'_> {
         let program = argv.first().map(|p| p.rsplit('/').next().unwrap_or(p));
         match program {
             Some("qm") => self.qm(args).await,
-            Some("socat") if self.remote => self.socat(args).await,
+            Some("socat") => self.socat(args).await,
             Some("pvesh") => self.pvesh(args).await,
             Some("pvesm") => self.pvesm(args).await,
             Some("ssh") => self.ssh(args).await,
