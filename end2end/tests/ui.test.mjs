@@ -75,6 +75,8 @@ test('a failed install says which step failed and what became of the VM', async 
   assert.match(await failed.locator('.failed-step').textContent(), /VM creation > importing disk image/);
   assert.match(await failed.locator('.failed-message').textContent(), /^\[-\] failed to import disk image/);
   assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was destroyed .*no half-made VM is left/);
+  // A job that ended shows no step still running.
+  assert.equal(await page.locator('.step-running').count(), 0);
   await screenshot(page, 'failure-destroyed');
 
   await sim.fault({ op: 'start', action: 'fail', times: 1 });
@@ -82,6 +84,11 @@ test('a failed install says which step failed and what became of the VM', async 
   await failed.waitFor({ timeout: 60_000 });
   assert.match(await failed.locator('.failed-step').textContent(), /waiting for ready/);
   assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was kept for debugging/);
+  // The cleanup that kept the VM ended with the job: done, not running.
+  const keeping = page.locator('.step[data-step="keeping VM"]');
+  assert.equal(await keeping.locator('.step-status').textContent(), 'done');
+  assert.equal(await page.locator('.step-running').count(), 0);
+  assert.equal(await page.locator('.timeline[data-live="false"]').count(), 1);
   await screenshot(page, 'failure-kept');
   assert.deepEqual(errors, []);
 });
