@@ -274,6 +274,21 @@ test('the templates page builds a template, shows its age and image, and rebuild
   assert.equal(await cells.nth(3).textContent(), 'just now');
   assert.match(await cells.nth(4).textContent(), /\.qcow2$/);
   const first = await row.getAttribute('data-vmid');
+  // The note follows the build to its end: no job to follow once it is ready.
+  await page.locator('.note-ok', {
+    hasText: `building the template of rockylinux 9: done — tpl-rockylinux-9 (VM ${first}) is ready`,
+  }).waitFor();
+  assert.equal(await page.getByText(/follow job #\d+$/).count(), 0);
+  // Every button of the table looks alike: Build as Rebuild and Delete.
+  const look = (button) => button.evaluate((b) => {
+    const s = getComputedStyle(b);
+    return [s.fontSize, s.padding, s.borderRadius, s.borderColor, s.backgroundColor, s.color, s.cursor].join(' | ');
+  });
+  const build = page.getByRole('button', { name: /^Build the template of / }).first();
+  const rebuild = row.getByRole('button', { name: `Rebuild template ${first}` });
+  assert.equal(await look(build), await look(rebuild));
+  const [buildBox, rebuildBox] = [await build.boundingBox(), await rebuild.boundingBox()];
+  assert.equal(Math.round(buildBox.height), Math.round(rebuildBox.height), 'Build is as tall as Rebuild');
   await screenshot(page, 'templates');
 
   // A rebuild makes a new one; the old one, with no linked clone, goes.
@@ -284,6 +299,7 @@ test('the templates page builds a template, shows its age and image, and rebuild
   );
   await rebuilt.waitFor({ timeout: 60_000 });
   await page.locator(`tr[data-vmid="${first}"]`).waitFor({ state: 'detached' });
+  await page.getByText(new RegExp(`^rebuilding template ${first}: done — tpl-rockylinux-9 \\(VM \\d+\\) is ready$`)).waitFor();
   const listed = await getJson('/api/templates');
   assert.ok(!listed.some((t) => String(t.vmid) === first), JSON.stringify(listed));
   assert.deepEqual(errors, []);
