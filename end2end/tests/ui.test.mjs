@@ -227,6 +227,45 @@ test('pages fit a 390 px wide screen', async () => {
   assert.deepEqual(errors, []);
 });
 
+test('at 390 px the VMs are cards, their actions at hand', async () => {
+  const { page, errors } = await openPage(browser, { viewport: { width: 390, height: 844 } });
+  await page.goto(BASE_URL + '/');
+  await waitForHydration(page);
+  const wrap = page.locator('.vms .table-wrap');
+  const overflow = await wrap.evaluate((w) => w.scrollWidth - w.clientWidth);
+  assert.ok(overflow <= 0, `the VM list scrolls sideways by ${overflow}px`);
+  const card = page.locator('tr[data-vmid="102"]');
+  await card.scrollIntoViewIfNeeded();
+  const box = await card.boundingBox();
+  assert.ok(box.x >= 0 && box.x + box.width <= 390, `card from ${box.x} to ${box.x + box.width}`);
+  assert.ok(box.height <= 200, `a card ${box.height}px tall`);
+  // Name, state and figures are there, each figure with its word.
+  assert.match(await card.locator('.vm-name').innerText(), /^db-01-102/);
+  assert.equal(await card.locator('.badge').innerText(), 'running');
+  const node = card.locator('td[data-label="Node"]');
+  assert.equal(await node.innerText(), 'pve1');
+  assert.match(await node.evaluate((td) => getComputedStyle(td, '::before').content), /^"Node/);
+  const group = card.getByRole('group', { name: 'actions for VM 102' });
+  const buttons = group.getByRole('button');
+  assert.equal(await buttons.count(), 5);
+  for (const button of await buttons.all()) {
+    const b = await button.boundingBox();
+    const name = await button.getAttribute('aria-label');
+    assert.ok(await button.isVisible(), `${name} visible`);
+    assert.ok(b.x >= box.x && b.x + b.width <= box.x + box.width, `${name} inside its card`);
+    assert.ok(b.y >= box.y && b.y + b.height <= box.y + box.height, `${name} inside its card`);
+    // Nothing lies over it: a click at its middle reaches it (the boxes
+    // are the viewport's, as elementFromPoint reads them).
+    const hit = await page.evaluate(({ x, y }) => document.elementFromPoint(x, y)?.getAttribute('aria-label'),
+      { x: b.x + b.width / 2, y: b.y + b.height / 2 });
+    assert.equal(hit, name);
+  }
+  await screenshot(page, 'narrow-cards');
+  await group.getByRole('button', { name: 'Reboot VM 102' }).click();
+  await page.locator('.note-ok', { hasText: 'Reboot' }).waitFor();
+  assert.deepEqual(errors, []);
+});
+
 test('with a ready template the form installs by linked clone and shows the host key', async () => {
   // postJson reads the whole stream: the template is built when it returns.
   await postJson('/api/templates', { os: 'ubuntu', version: '24.04' });
