@@ -248,6 +248,15 @@ async fn assert_kept(server: &common::Server, out: &Outcome) -> serde_json::Valu
         out.events.iter().any(|e| e.step() == "cleanup > keeping VM"
             && e.message() == "[*] VM 106 is kept for debugging")
     );
+    // The step ends, before the job does: no follower shows it running.
+    let last = out.events.iter().rev().find(|e| !e.is_close());
+    assert!(
+        last.is_some_and(|e| e.step() == "cleanup > keeping VM"
+            && e.status() == "success"
+            && e.message().starts_with("[+] VM 106 kept (")),
+        "{:#?}",
+        out.events
+    );
     let commands = common::commands(server).await;
     assert!(
         !commands.iter().any(|c| c.starts_with("qm destroy")),

@@ -146,6 +146,13 @@ async fn an_install_killed_while_waiting_for_ready_keeps_its_vm() {
         "[*] VM {vmid} is kept as it is: the job stopped at 'VM initialization > waiting for ready'"
     );
     assert!(words.contains(&kept.as_str()), "{words:#?}");
+    // The keeping step has its end: no follower shows it running.
+    assert!(
+        events.iter().any(|e| e.step() == "cleanup > keeping VM"
+            && e.status() == "success"
+            && e.message().starts_with(&format!("[+] VM {vmid} kept ("))),
+        "{words:#?}"
+    );
     assert_eq!(record["state"], "interrupted");
     assert_eq!(record["outcome"], "kept");
     assert!(vm(&server.url, vmid).await.is_some(), "VM {vmid} stays");

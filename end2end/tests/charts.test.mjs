@@ -66,6 +66,52 @@ test('the node page reads fine with JavaScript off', async () => {
   assert.deepEqual(errors.filter((e) => !e.endsWith('/pkg/pvedeck.js')), []);
 });
 
+test('the node page redraws its charts in place every minute, and the reader can pause that', async () => {
+  const { page, errors } = await openPage(browser);
+  // The page's timer runs on a clock the test moves: a minute without waiting one.
+  await page.clock.install();
+  const reads = [];
+  page.on('request', (r) => {
+    if (r.resourceType() === 'fetch' && new URL(r.url()).pathname === '/node/pve1') reads.push(r.url());
+  });
+  await page.goto(BASE_URL + '/node/pve1?tf=hour');
+  await waitForHydration(page);
+  // No timed reload: it would lose the reader's place (WCAG 2.2.1).
+  assert.equal(await page.locator('meta[http-equiv="refresh" i]').count(), 0);
+  const mark = () => page.evaluate(() => {
+    window.__sameDocument = true;
+    document.querySelector('.charts').dataset.drawn = 'before';
+  });
+  await mark();
+
+  await page.clock.runFor(61_000);
+  // A fresh drawing from the server took the old one's place.
+  await page.locator('.charts:not([data-drawn])').waitFor();
+  assert.deepEqual(reads, [BASE_URL + '/node/pve1?tf=hour']);
+  const redrawn = await chartsOf(page);
+  assert.deepEqual(redrawn.titles, ['CPU', 'RAM', 'Network', 'Disk IO delay']);
+  assert.ok(redrawn.lines.every((l) => l.startsWith('M') && l.includes(' L')), 'every line drawn');
+  assert.equal(await page.locator('.charts').getAttribute('data-timeframe'), 'hour');
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, 'no reload happened');
+
+  // Paused, a minute passes without a read; resumed, the next one comes.
+  const pause = page.getByRole('button', { name: 'Pause updates' });
+  assert.equal(await pause.getAttribute('aria-pressed'), 'false');
+  await pause.click();
+  assert.equal(await pause.getAttribute('aria-pressed'), 'true');
+  await mark();
+  await page.clock.runFor(61_000);
+  assert.equal(reads.length, 1, 'no read while paused');
+  assert.equal(await page.locator('.charts[data-drawn]').count(), 1);
+  await pause.click();
+  assert.equal(await pause.getAttribute('aria-pressed'), 'false');
+  await page.clock.runFor(61_000);
+  await page.locator('.charts:not([data-drawn])').waitFor();
+  assert.equal(reads.length, 2);
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, 'no reload happened');
+  assert.deepEqual(errors, []);
+});
+
 test('an unknown node says so', async () => {
   const { page } = await openPage(browser);
   await page.goto(BASE_URL + '/node/nope');

@@ -75,6 +75,8 @@ test('a failed install says which step failed and what became of the VM', async 
   assert.match(await failed.locator('.failed-step').textContent(), /VM creation > importing disk image/);
   assert.match(await failed.locator('.failed-message').textContent(), /^\[-\] failed to import disk image/);
   assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was destroyed .*no half-made VM is left/);
+  // A job that ended shows no step still running.
+  assert.equal(await page.locator('.step-running').count(), 0);
   await screenshot(page, 'failure-destroyed');
 
   await sim.fault({ op: 'start', action: 'fail', times: 1 });
@@ -82,6 +84,11 @@ test('a failed install says which step failed and what became of the VM', async 
   await failed.waitFor({ timeout: 60_000 });
   assert.match(await failed.locator('.failed-step').textContent(), /waiting for ready/);
   assert.match(await failed.locator('.outcome').textContent(), /^VM \d+ was kept for debugging/);
+  // The cleanup that kept the VM ended with the job: done, not running.
+  const keeping = page.locator('.step[data-step="keeping VM"]');
+  assert.equal(await keeping.locator('.step-status').textContent(), 'done');
+  assert.equal(await page.locator('.step-running').count(), 0);
+  assert.equal(await page.locator('.timeline[data-live="false"]').count(), 1);
   await screenshot(page, 'failure-kept');
   assert.deepEqual(errors, []);
 });
@@ -220,6 +227,45 @@ test('pages fit a 390 px wide screen', async () => {
   assert.deepEqual(errors, []);
 });
 
+test('at 390 px the VMs are cards, their actions at hand', async () => {
+  const { page, errors } = await openPage(browser, { viewport: { width: 390, height: 844 } });
+  await page.goto(BASE_URL + '/');
+  await waitForHydration(page);
+  const wrap = page.locator('.vms .table-wrap');
+  const overflow = await wrap.evaluate((w) => w.scrollWidth - w.clientWidth);
+  assert.ok(overflow <= 0, `the VM list scrolls sideways by ${overflow}px`);
+  const card = page.locator('tr[data-vmid="102"]');
+  await card.scrollIntoViewIfNeeded();
+  const box = await card.boundingBox();
+  assert.ok(box.x >= 0 && box.x + box.width <= 390, `card from ${box.x} to ${box.x + box.width}`);
+  assert.ok(box.height <= 200, `a card ${box.height}px tall`);
+  // Name, state and figures are there, each figure with its word.
+  assert.match(await card.locator('.vm-name').innerText(), /^db-01-102/);
+  assert.equal(await card.locator('.badge').innerText(), 'running');
+  const node = card.locator('td[data-label="Node"]');
+  assert.equal(await node.innerText(), 'pve1');
+  assert.match(await node.evaluate((td) => getComputedStyle(td, '::before').content), /^"Node/);
+  const group = card.getByRole('group', { name: 'actions for VM 102' });
+  const buttons = group.getByRole('button');
+  assert.equal(await buttons.count(), 5);
+  for (const button of await buttons.all()) {
+    const b = await button.boundingBox();
+    const name = await button.getAttribute('aria-label');
+    assert.ok(await button.isVisible(), `${name} visible`);
+    assert.ok(b.x >= box.x && b.x + b.width <= box.x + box.width, `${name} inside its card`);
+    assert.ok(b.y >= box.y && b.y + b.height <= box.y + box.height, `${name} inside its card`);
+    // Nothing lies over it: a click at its middle reaches it (the boxes
+    // are the viewport's, as elementFromPoint reads them).
+    const hit = await page.evaluate(({ x, y }) => document.elementFromPoint(x, y)?.getAttribute('aria-label'),
+      { x: b.x + b.width / 2, y: b.y + b.height / 2 });
+    assert.equal(hit, name);
+  }
+  await screenshot(page, 'narrow-cards');
+  await group.getByRole('button', { name: 'Reboot VM 102' }).click();
+  await page.locator('.note-ok', { hasText: 'Reboot' }).waitFor();
+  assert.deepEqual(errors, []);
+});
+
 test('with a ready template the form installs by linked clone and shows the host key', async () => {
   // postJson reads the whole stream: the template is built when it returns.
   await postJson('/api/templates', { os: 'ubuntu', version: '24.04' });
@@ -267,6 +313,21 @@ test('the templates page builds a template, shows its age and image, and rebuild
   assert.equal(await cells.nth(3).textContent(), 'just now');
   assert.match(await cells.nth(4).textContent(), /\.qcow2$/);
   const first = await row.getAttribute('data-vmid');
+  // The note follows the build to its end: no job to follow once it is ready.
+  await page.locator('.note-ok', {
+    hasText: `building the template of rockylinux 9: done — tpl-rockylinux-9 (VM ${first}) is ready`,
+  }).waitFor();
+  assert.equal(await page.getByText(/follow job #\d+$/).count(), 0);
+  // Every button of the table looks alike: Build as Rebuild and Delete.
+  const look = (button) => button.evaluate((b) => {
+    const s = getComputedStyle(b);
+    return [s.fontSize, s.padding, s.borderRadius, s.borderColor, s.backgroundColor, s.color, s.cursor].join(' | ');
+  });
+  const build = page.getByRole('button', { name: /^Build the template of / }).first();
+  const rebuild = row.getByRole('button', { name: `Rebuild template ${first}` });
+  assert.equal(await look(build), await look(rebuild));
+  const [buildBox, rebuildBox] = [await build.boundingBox(), await rebuild.boundingBox()];
+  assert.equal(Math.round(buildBox.height), Math.round(rebuildBox.height), 'Build is as tall as Rebuild');
   await screenshot(page, 'templates');
 
   // A rebuild makes a new one; the old one, with no linked clone, goes.
@@ -277,6 +338,7 @@ test('the templates page builds a template, shows its age and image, and rebuild
   );
   await rebuilt.waitFor({ timeout: 60_000 });
   await page.locator(`tr[data-vmid="${first}"]`).waitFor({ state: 'detached' });
+  await page.getByText(new RegExp(`^rebuilding template ${first}: done — tpl-rockylinux-9 \\(VM \\d+\\) is ready$`)).waitFor();
   const listed = await getJson('/api/templates');
   assert.ok(!listed.some((t) => String(t.vmid) === first), JSON.stringify(listed));
   assert.deepEqual(errors, []);

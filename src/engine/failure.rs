@@ -88,6 +88,10 @@ impl Engine {
             (Cleanup::Keep, Some((vmid, _))) => {
                 let step = Step::new(job, Some("cleanup"), "keeping VM");
                 step.processing(format!("[*] VM {vmid} is kept for debugging"));
+                // The step's own end: without it a follower shows the step
+                // still running after the job (the line above is
+                // go-pve-qemu's, this one is added).
+                step.success(&format!("[+] VM {vmid} kept"));
                 VmOutcome::Kept
             }
             (Cleanup::Destroy, Some((vmid, node))) => {

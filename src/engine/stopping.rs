@@ -457,6 +457,7 @@ impl Engine {
                     "[*] VM {vmid} is not tagged '{}': pvedeck does not destroy it",
                     scope::TAG
                 ));
+                step.success(&format!("[+] VM {vmid} kept"));
                 VmOutcome::Kept
             }
             OnStop::Keep => {
@@ -464,6 +465,8 @@ impl Engine {
                 step.processing(format!(
                     "[*] VM {vmid} is kept as it is: the job stopped at '{at}'"
                 ));
+                // Its end, as the failure contract's keeping step has one.
+                step.success(&format!("[+] VM {vmid} kept"));
                 VmOutcome::Kept
             }
         }

@@ -102,7 +102,8 @@ pub fn Timeline(
     #[cfg(not(feature = "hydrate"))]
     let _ = (id, on_close);
 
-    let stages = move || events.with(|e| group(e, kind.as_str()));
+    // Once the job has ended (read so, or its stream closed) nothing runs.
+    let stages = move || events.with(|e| group(e, kind.as_str(), !live.get()));
     view! {
         <section class="timeline" aria-label="timeline" data-live=move || live.get().to_string()>
             <For each=stages key=keys::stage let:stage>

@@ -89,32 +89,32 @@ pub fn VmTable(
                             <tr data-vmid=vm.vmid data-cluster=vm.cluster.clone() class=format!("state-{}", vm.status)>
                                 {
                                     let cluster = vm.cluster.clone();
-                                    move || several().then(|| view! { <td>{cluster.clone()}</td> })
+                                    move || several().then(|| view! { <td class="vm-fact" data-label="Cluster">{cluster.clone()}</td> })
                                 }
-                                <td>
+                                <td class="vm-id">
                                     {if vm.reserved || elsewhere(&vm) {
                                         vm.vmid.to_string().into_any()
                                     } else {
                                         view! { <a href=format!("/vm/{}", vm.vmid)>{vm.vmid}</a> }.into_any()
                                     }}
                                 </td>
-                                <td>
+                                <td class="vm-name">
                                     {vm.name.clone()}
                                     {vm.owner.clone().map(|o| view! { <span class="owner-tag" title="owner">{o}</span> })}
                                 </td>
-                                <td>{vm.os.clone()}</td>
-                                <td>{vm.node.clone()}</td>
-                                <td><span class=format!("badge state-{}", vm.status)>{state_label(&vm)}</span></td>
-                                <td class="num">{vm.cpu}</td>
-                                <td class="num">
+                                <td class="vm-fact" data-label="OS">{vm.os.clone()}</td>
+                                <td class="vm-fact" data-label="Node">{vm.node.clone()}</td>
+                                <td class="vm-state"><span class=format!("badge state-{}", vm.status)>{state_label(&vm)}</span></td>
+                                <td class="num vm-fact" data-label="CPU">{vm.cpu}</td>
+                                <td class="num vm-fact" data-label="RAM (GiB)">
                                     {if vm.running {
                                         format!("{} / {}", num(vm.memory_used), num(vm.memory))
                                     } else {
                                         num(vm.memory)
                                     }}
                                 </td>
-                                <td class="num">{num(vm.disk)}</td>
-                                <td><code>{vm.ip.clone()}</code></td>
+                                <td class="num vm-fact" data-label="Disk (GiB)">{num(vm.disk)}</td>
+                                <td class="vm-fact" data-label="IP"><code>{vm.ip.clone()}</code></td>
                                 <td class="actions-cell">
                                     {match (vm.reserved, vm.managed) {
                                         (true, _) => ().into_any(),

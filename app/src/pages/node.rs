@@ -8,9 +8,14 @@ use crate::components::chart::Chart;
 
 /// `/node/:name[?tf=hour|day|week]`: a node's CPU, RAM, network and IO
 /// delay over time, as SVG the server draws. Not an island: a lazy island
-/// here cost every page 6–12 KB of WASM through the bundle's split (see the
-/// README), so the page reads again by reloading itself every minute —
-/// which works without JavaScript too — and the timeframes are plain links.
+/// here cost every page 6–12 KB of WASM through the bundle's split
+/// (docs/development.md#bench-figures). A few lines of plain script
+/// (`public/node-charts.js`, loaded by this page alone) read the page again
+/// every minute and put the server's fresh charts in place of the old, with
+/// no reload (a page that reloads itself loses the reader's place: WCAG
+/// 2.2.1); a button pauses that. Without JavaScript the page is whole as
+/// served, the Reload link reads it again and the timeframes are plain
+/// links.
 #[component]
 pub fn NodePage() -> impl IntoView {
     let node = use_params_map()
@@ -30,12 +35,18 @@ pub fn NodePage() -> impl IntoView {
             view! { <a href=href aria-current=current>{t.as_str()}</a> }
         })
         .collect_view();
-    // A reload is asked for, not timed (WCAG 2.2.1: a page that reloads by
-    // itself loses the reader's place); Proxmox adds a row a minute at most.
     let reload = format!("/node/{node}?tf={}", timeframe.as_str());
     view! {
         <h1>"Node " {node.clone()}</h1>
-        <nav class="timeframes" aria-label="timeframe">{links}<a href=reload class="reload">"Reload"</a></nav>
+        <div class="chart-controls">
+            <nav class="timeframes" aria-label="timeframe">{links}<a href=reload class="reload">"Reload"</a></nav>
+            // Shown by the script that does the updating (WCAG 2.2.2: what
+            // updates by itself can be paused).
+            <button type="button" class="charts-pause" aria-pressed="false" hidden=true>
+                "Pause updates"
+            </button>
+        </div>
+        <script src="/node-charts.js" defer=true></script>
         <Suspense fallback=|| view! { <p class="loading">"Reading the node's history…"</p> }>
             {Suspend::new(async move {
                 match get_node_charts(node, timeframe).await.and_then(|a| a) {

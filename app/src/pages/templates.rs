@@ -114,6 +114,31 @@ impl Ask {
     }
 }
 
+/// What the note says of a build job once the list no longer shows it
+/// building: the template it made, ready; or that it made none (a failed
+/// build leaves no template; the jobs page has its job). `None` while it
+/// is still building.
+fn build_end(page: &TemplatesPage, job: u64, what: &str) -> Option<Outcome> {
+    let made = |t: &&TemplateInfo| t.job == Some(job);
+    if page
+        .templates
+        .iter()
+        .filter(made)
+        .any(|t| t.state == "building")
+    {
+        return None;
+    }
+    Some(match page.templates.iter().find(made) {
+        Some(t) => Outcome::Done(format!(
+            "{what}: done — {} (VM {}) is ready",
+            t.name, t.vmid
+        )),
+        None => Outcome::Refused(format!(
+            "{what}: job #{job} ended without a template (its page says why)"
+        )),
+    })
+}
+
 /// The table, read again every few seconds in the browser (a build's state
 /// turns from `building` to `ready` by itself).
 #[island(lazy)]
@@ -126,7 +151,19 @@ fn LiveTemplates(initial: Result<TemplatesPage, UiError>) -> impl IntoView {
     let reload = move || {
         latest.load(
             async { get_templates().await.and_then(|a| a) },
-            move |answer| page.set(answer),
+            move |answer: Result<TemplatesPage, UiError>| {
+                // The note of a build or rebuild (the page's only jobs)
+                // follows it to its end. Every answer shown was asked for
+                // after the job started (`Latest` drops older ones), so a
+                // list without the job building means it has ended.
+                if let (Ok(list), Some(Outcome::Job(job, what))) =
+                    (&answer, outcome.get_untracked())
+                    && let Some(end) = build_end(list, job, &what)
+                {
+                    outcome.set(Some(end));
+                }
+                page.set(answer);
+            },
         )
     };
     Effect::new(move |_| {
@@ -188,14 +225,16 @@ fn TemplateRow(
                 <td></td>
                 <td></td>
                 <td>
-                    <button
-                        type="button"
-                        disabled=move || busy.get()
-                        aria-label=aria
-                        on:click=move |_| ask(Ask::Build(os, version))
-                    >
-                        "Build"
-                    </button>
+                    <div class="actions">
+                        <button
+                            type="button"
+                            disabled=move || busy.get()
+                            aria-label=aria
+                            on:click=move |_| ask(Ask::Build(os, version))
+                        >
+                            "Build"
+                        </button>
+                    </div>
                 </td>
             </tr>
         }
@@ -211,25 +250,27 @@ fn TemplateRow(
         (state, _) => {
             let ready = state == "ready";
             view! {
-                <Show when=move || ready>
+                <div class="actions">
+                    <Show when=move || ready>
+                        <button
+                            type="button"
+                            disabled=move || busy.get()
+                            aria-label=format!("Rebuild template {vmid}")
+                            on:click=move |_| ask(Ask::Rebuild(vmid))
+                        >
+                            "Rebuild"
+                        </button>
+                    </Show>
                     <button
                         type="button"
+                        class="danger"
                         disabled=move || busy.get()
-                        aria-label=format!("Rebuild template {vmid}")
-                        on:click=move |_| ask(Ask::Rebuild(vmid))
+                        aria-label=format!("Delete template {vmid}")
+                        on:click=move |_| confirming.set(Some(vmid))
                     >
-                        "Rebuild"
+                        "Delete"
                     </button>
-                </Show>
-                <button
-                    type="button"
-                    class="danger"
-                    disabled=move || busy.get()
-                    aria-label=format!("Delete template {vmid}")
-                    on:click=move |_| confirming.set(Some(vmid))
-                >
-                    "Delete"
-                </button>
+                </div>
                 <Show when=move || confirming.get() == Some(vmid)>
                     <div class="confirm" role="alertdialog" aria-label=format!("delete template {vmid}")>
                         <span>{format!("Delete template {vmid}?")}</span>
@@ -251,7 +292,7 @@ fn TemplateRow(
             <td><span class=format!("badge tpl-{}", t.state)>{t.state.clone()}</span></td>
             <td title=built>{row.age.unwrap_or_else(|| "—".to_string())}</td>
             <td><code>{t.image.clone().unwrap_or_default()}</code></td>
-            <td class="actions">{actions}</td>
+            <td>{actions}</td>
         </tr>
     }
     .into_any()
@@ -273,6 +314,34 @@ mod tests {
             built,
             image: None,
         }
+    }
+
+    #[test]
+    fn the_note_follows_a_build_to_its_end() {
+        let what = "building the template of rockylinux 9";
+        let page = |templates| TemplatesPage { now: 0, templates };
+        let mut building = template(9003, "tpl-rockylinux-9", "building", None);
+        building.job = Some(9);
+        assert_eq!(build_end(&page(vec![building.clone()]), 9, what), None);
+        let ready = TemplateInfo {
+            state: "ready".to_string(),
+            ..building
+        };
+        assert_eq!(
+            build_end(&page(vec![ready]), 9, what),
+            Some(Outcome::Done(format!(
+                "{what}: done — tpl-rockylinux-9 (VM 9003) is ready"
+            )))
+        );
+        // Another job's template is not this one's: this build made none.
+        let mut other = template(9001, "tpl-debian-12", "ready", Some(0));
+        other.job = Some(4);
+        assert_eq!(
+            build_end(&page(vec![other]), 9, what),
+            Some(Outcome::Refused(format!(
+                "{what}: job #9 ended without a template (its page says why)"
+            )))
+        );
     }
 
     #[test]

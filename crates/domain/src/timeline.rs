@@ -55,7 +55,10 @@ fn decimal(text: &str) -> Option<f64> {
 
 /// Groups events by stage (`<stage> > <step>`; lifecycle jobs' bare step
 /// names go under `default_stage`), steps in order of first appearance.
-pub fn group(events: &[JobEvent], default_stage: &str) -> Vec<StageView> {
+/// Once the job has `ended`, no step is left running, whatever its last
+/// event said: a step still open then is done, or failed when its last
+/// word was a `[-]` one.
+pub fn group(events: &[JobEvent], default_stage: &str, ended: bool) -> Vec<StageView> {
     let mut stages: Vec<StageView> = Vec::new();
     for e in events {
         let (stage, step) = match e.event.step.split_once(" > ") {
@@ -113,17 +116,34 @@ pub fn group(events: &[JobEvent], default_stage: &str) -> Vec<StageView> {
         };
     }
     // A step that other steps followed is done, whatever its last word was.
+    // The last one is closed by the job's end: a cleanup step may only say
+    // what it did, and the job's `close` follows.
     let total: usize = stages.iter().map(|s| s.steps.len()).sum();
     let mut seen = 0;
     for stage in &mut stages {
         for step in &mut stage.steps {
             seen += 1;
-            if seen < total && step.status == StepStatus::Processing {
+            if step.status != StepStatus::Processing {
+                continue;
+            }
+            if seen < total {
                 step.status = StepStatus::Success;
+            } else if ended {
+                step.status = closed(step);
             }
         }
     }
     stages
+}
+
+/// What an open step was when no more events came: failed if its last
+/// message says so (`[-] could not destroy VM 106: …; it stays`), else done.
+fn closed(step: &StepView) -> StepStatus {
+    if step.messages.last().is_some_and(|m| m.starts_with("[-]")) {
+        StepStatus::Error
+    } else {
+        StepStatus::Success
+    }
 }
 
 /// What a finished install says in its last step.
@@ -242,7 +262,7 @@ mod tests {
                 "[-] failed to import disk image: full",
             ),
         ];
-        let stages = group(&events, "install");
+        let stages = group(&events, "install", false);
         let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -274,6 +294,70 @@ mod tests {
     }
 
     #[test]
+    fn a_finished_job_shows_no_running_step() {
+        use StepStatus::*;
+        let failed = [
+            ev(
+                1,
+                "VM initialization > waiting for ready",
+                Processing,
+                "[*] VM started",
+            ),
+            ev(
+                2,
+                "VM initialization > waiting for ready",
+                Error,
+                "[-] VM did not answer",
+            ),
+            ev(
+                3,
+                "cleanup > keeping VM",
+                Processing,
+                "[*] VM 106 is kept for debugging",
+            ),
+        ];
+        let status = |stages: &[StageView]| -> Vec<(String, StepStatus)> {
+            stages
+                .iter()
+                .flat_map(|s| s.steps.iter().map(|t| (t.name.clone(), t.status)))
+                .collect()
+        };
+        // While the job runs, its last step may still be at work.
+        let live = group(&failed, "install", false);
+        assert_eq!(status(&live)[1], ("keeping VM".into(), Processing));
+        // Ended: the cleanup that only said what it did is done; the failed
+        // step stays failed.
+        let ended = group(&failed, "install", true);
+        assert_eq!(
+            status(&ended),
+            [
+                ("waiting for ready".into(), Error),
+                ("keeping VM".into(), Success)
+            ]
+        );
+        // A last word of failure closes the step as failed.
+        let undestroyed = [
+            ev(1, "VM creation > importing disk image", Error, "[-] full"),
+            ev(
+                2,
+                "cleanup > destroying VM",
+                Processing,
+                "[*] stopping and destroying VM 106",
+            ),
+            ev(
+                3,
+                "cleanup > destroying VM",
+                Processing,
+                "[-] could not destroy VM 106: locked; it stays",
+            ),
+        ];
+        assert_eq!(status(&group(&undestroyed, "install", true))[1].1, Error);
+        // Nothing else changes at the end: a step done stays done.
+        let done = [ev(1, "starting VM", Success, "[+] VM started (0.10s)")];
+        assert_eq!(status(&group(&done, "start", true))[0].1, Success);
+    }
+
+    #[test]
     fn lifecycle_steps_go_under_the_job_kind() {
         let stages = group(
             &[ev(
@@ -283,6 +367,7 @@ mod tests {
                 "[*] starting VM",
             )],
             "start",
+            false,
         );
         assert_eq!(stages[0].name, "start");
         assert_eq!(stages[0].steps[0].name, "starting VM");
