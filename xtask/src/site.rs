@@ -1,12 +1,33 @@
 //! Builds the browser side into `target/site`: the WASM bundle (cargo →
-//! wasm-split, one module per lazy island → wasm-bindgen as a library →
-//! binaryen's wasm-opt on each module), the stylesheet and the static files,
-//! each bundle file also gzip-compressed for the server to send as is.
+//! wasm-split, one module per lazy island and per set of islands sharing
+//! code → each split point's modules merged into one → wasm-bindgen as a
+//! library → binaryen's wasm-opt on each module), the stylesheet and the
+//! static files, each bundle file also gzip-compressed for the server to
+//! send as is.
 
+mod loader;
+mod merge;
+
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::run::{Failed, cargo, status, step};
+
+/// The loader wasm-split writes and the main module imports (relative to
+/// `pkg`): the name Leptos links to when files are not hashed.
+const LINK_NAME: &str = "./__wasm_split.______________________.js";
+/// The main module's JS, relative to the loader, which sits beside it.
+const MAIN_MODULE: &str = "./pvedeck.js";
+/// What the split modules import from the main module.
+const SHARED_MODULE: &str = "__wasm_split";
+/// The code that makes the bundle from cargo's module: a change to it
+/// makes the bundle again.
+const RECIPE: [&str; 3] = [
+    include_str!("site.rs"),
+    include_str!("site/merge.rs"),
+    include_str!("site/loader.rs"),
+];
 
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 pub const WASM_PROFILE: &str = "wasm-release";
@@ -52,22 +73,31 @@ pub fn build(root: &Path) -> Result<(), Failed> {
         "target/{WASM_TARGET}/{WASM_PROFILE}/frontend_split.wasm"
     ));
     let wasm = pkg.join(format!("{OUTPUT_NAME}_bg.wasm"));
-    // wasm-opt takes ~20 s: skip bindgen and opt when cargo produced the very
-    // same module as last time.
+    // wasm-opt takes minutes: skip the split, the merge, bindgen and opt
+    // when cargo produced the very same module as last time and the code
+    // that does them is the same.
     let stamp_path = pkg.join(".source-stamp");
     let source = std::fs::read(&input).map_err(io(&input))?;
-    let stamp = format!("{:x}", fingerprint(&source));
+    let stamp = format!(
+        "{:x} {:x}",
+        fingerprint(&source),
+        fingerprint(RECIPE.concat().as_bytes())
+    );
     let fresh = wasm.exists() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp);
     if fresh {
         println!("\n==> wasm-bindgen and wasm-opt: bundle is up to date");
     } else {
-        step("wasm-split: each lazy island into its own module", || {
+        let manifest = step("wasm-split: each lazy island into its own module", || {
             if pkg.exists() {
                 std::fs::remove_dir_all(&pkg).map_err(io(&pkg))?;
             }
             std::fs::create_dir_all(&pkg).map_err(io(&pkg))?;
             split(&source, &pkg, &main)
         })?;
+        let mut optimize = step("merge each split point's modules into one bundle", || {
+            bundle(&source, &pkg, &manifest)
+        })?;
+        optimize.push(wasm.clone());
         step("wasm-bindgen", || {
             let mut bindgen = wasm_bindgen_cli_support::Bindgen::new();
             bindgen
@@ -85,14 +115,14 @@ pub fn build(root: &Path) -> Result<(), Failed> {
         })?;
         step("wasm-opt -Oz (binaryen 132 from npm)", || {
             let wasm_opt = root.join("frontend/node_modules/.bin/wasm-opt");
-            for module in wasm_files(&pkg)? {
+            for module in &optimize {
                 status(
                     Command::new(&wasm_opt)
                         .arg("-Oz")
                         .args(WASM_FEATURES)
-                        .arg(&module)
+                        .arg(module)
                         .arg("-o")
-                        .arg(&module),
+                        .arg(module),
                 )?;
             }
             Ok(())
@@ -116,11 +146,12 @@ pub fn build(root: &Path) -> Result<(), Failed> {
             let bundle_file = ["js", "wasm", "css"]
                 .iter()
                 .any(|ext| path.extension().is_some_and(|e| e == *ext));
-            if bundle_file {
+            let mut gz_path = path.clone().into_os_string();
+            gz_path.push(".gz");
+            // zopfli takes a minute over the whole bundle: only what changed.
+            if bundle_file && !newer(Path::new(&gz_path), &path) {
                 let raw = std::fs::read(&path).map_err(io(&path))?;
                 let gz = gzip(&raw).map_err(io(&path))?;
-                let mut gz_path = path.clone().into_os_string();
-                gz_path.push(".gz");
                 std::fs::write(&gz_path, &gz).map_err(io(&path))?;
                 println!(
                     "    {:<28} {:>9} bytes, {:>8} gzip",
@@ -135,37 +166,126 @@ pub fn build(root: &Path) -> Result<(), Failed> {
 }
 
 /// Splits the module at its `#[lazy]` points (each `#[island(lazy)]`):
-/// the main module goes to `main`, the islands' modules, the loader
-/// `__wasm_split.*.js` and the manifest `HydrationScripts` reads (which
-/// modules each island needs, to preload them) into `pkg`. The module must
-/// be linked with `--emit-relocs` (`.cargo/config.toml`).
-fn split(source: &[u8], pkg: &Path, main: &Path) -> Result<(), Failed> {
+/// the main module goes to `main`, the islands' modules and the modules
+/// they share into `pkg`. Returns which modules each split point needs.
+/// The module must be linked with `--emit-relocs` (`.cargo/config.toml`).
+fn split(source: &[u8], pkg: &Path, main: &Path) -> Result<loader::Manifest, Failed> {
     let mut options = wasm_split_cli_support::Options::new(source);
     options.output_dir = pkg;
     options.main_out_path = main;
-    // Relative to the loader, which sits beside the main module's JS.
-    options.main_module = "./pvedeck.js";
-    // The name Leptos links to when files are not hashed.
-    options.link_name = "./__wasm_split.______________________.js";
+    options.main_module = MAIN_MODULE;
+    options.link_name = LINK_NAME;
     let split = wasm_split_cli_support::transform(options)
         .map_err(|e| Failed(format!("splitting the module: {e:#}")))?;
-    let manifest = pkg.join("__wasm_split_manifest.json");
-    let json = serde_json::to_string_pretty(&split.prefetch_map)
-        .map_err(|e| Failed(format!("{}: {e}", manifest.display())))?;
-    std::fs::write(&manifest, json).map_err(io(&manifest))
+    Ok(split.prefetch_map.into_iter().collect())
 }
 
-/// The `.wasm` files in `dir`: the main module and the split ones.
-fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>, Failed> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path.extension().is_some_and(|e| e == "wasm") {
-            files.push(path);
+/// Merges each split point's modules into a bundle (and what a lazy
+/// function needs after an island's page: `loader::plan`), and writes the
+/// loader that fetches them in place of wasm-split's, and the manifest
+/// `HydrationScripts` reads. The modules stay too, for what no bundle
+/// holds exactly (no page's load: see `loader`); those are only stripped
+/// of their names, not optimized (wasm-opt from npm starts in seconds,
+/// and there are a hundred of them). Returns the modules to optimize: the
+/// bundles, and a module a load fetches alone.
+fn bundle(source: &[u8], pkg: &Path, manifest: &loader::Manifest) -> Result<Vec<PathBuf>, Failed> {
+    let bundles = loader::plan(manifest);
+    let mut shared = BTreeSet::new();
+    let mut optimize = Vec::new();
+    for bundle in &bundles {
+        let wasm = bundle
+            .parts
+            .iter()
+            .map(|part| {
+                let path = pkg.join(format!("{part}.wasm"));
+                std::fs::read(&path).map_err(io(&path))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let parts: Vec<merge::Part<'_>> = bundle
+            .parts
+            .iter()
+            .zip(&wasm)
+            .map(|(name, wasm)| merge::Part { name, wasm })
+            .collect();
+        let merged = merge::merge(&parts).map_err(|e| Failed(format!("{}: {e}", bundle.file)))?;
+        let path = pkg.join(format!("{}.wasm", bundle.file));
+        std::fs::write(&path, &merged.wasm).map_err(io(&path))?;
+        println!(
+            "    {}: {} modules, {} calls made direct",
+            bundle.file,
+            bundle.parts.len(),
+            merged.direct_calls
+        );
+        optimize.push(path);
+    }
+    let alone = loader::fetched_alone(manifest);
+    let parts: BTreeSet<&String> = manifest.values().flatten().collect();
+    for part in parts {
+        let path = pkg.join(format!("{part}.wasm"));
+        let wasm = std::fs::read(&path).map_err(io(&path))?;
+        for (module, name) in imports(&wasm).map_err(|e| Failed(format!("{part}: {e}")))? {
+            if module != SHARED_MODULE {
+                return Err(Failed(format!(
+                    "{part} imports {module}.{name}; the loader gives only {SHARED_MODULE}"
+                )));
+            }
+            shared.insert(name);
+        }
+        if alone.contains(part) {
+            optimize.push(path);
+        } else {
+            let stripped = merge::merge(&[merge::Part {
+                name: part,
+                wasm: &wasm,
+            }])
+            .map_err(|e| Failed(format!("{part}: {e}")))?;
+            std::fs::write(&path, &stripped.wasm).map_err(io(&path))?;
         }
     }
-    files.sort();
-    Ok(files)
+    let exports = exports(source).map_err(|e| Failed(format!("the module's exports: {e}")))?;
+    let islands = loader::islands(exports.iter().map(String::as_str), manifest.keys());
+    let shared: Vec<String> = shared.into_iter().collect();
+    let js = loader::loader_js(MAIN_MODULE, &shared, manifest, &bundles, &islands);
+    let link = pkg.join(LINK_NAME);
+    std::fs::write(&link, js).map_err(io(&link))?;
+    let path = pkg.join("__wasm_split_manifest.json");
+    let json = serde_json::to_string_pretty(&loader::leptos_manifest(manifest, &bundles))
+        .map_err(|e| Failed(format!("{}: {e}", path.display())))?;
+    std::fs::write(&path, json).map_err(io(&path))?;
+    Ok(optimize)
+}
+
+/// A module's imports: (module, name).
+fn imports(wasm: &[u8]) -> Result<Vec<(String, String)>, wasmparser::BinaryReaderError> {
+    let mut found = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        if let wasmparser::Payload::ImportSection(reader) = payload? {
+            for import in reader.into_imports() {
+                let import = import?;
+                found.push((import.module.to_string(), import.name.to_string()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// A module's export names.
+fn exports(wasm: &[u8]) -> Result<Vec<String>, wasmparser::BinaryReaderError> {
+    let mut found = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        if let wasmparser::Payload::ExportSection(reader) = payload? {
+            for export in reader {
+                found.push(export?.name.to_string());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `file` exists and was written after `than`.
+fn newer(file: &Path, than: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    matches!((modified(file), modified(than)), (Some(a), Some(b)) if a > b)
 }
 
 /// FNV-1a: enough to tell whether cargo wrote a different module.
