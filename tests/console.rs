@@ -222,7 +222,11 @@ async fn a_refused_console_is_an_http_status_and_opens_nothing() {
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("not running"), "{body}");
     let (status, body) = common::get(&format!("{}/api/vm/{STOPPED}/console", server.url)).await;
-    assert_eq!((status, body.contains("not running")), (409, true), "{body}");
+    assert_eq!(
+        (status, body.contains("not running")),
+        (409, true),
+        "{body}"
+    );
     let (status, _) = refused_status(open(&server, "/api/vm/9999/console").await);
     assert_eq!(status, 404);
     let (status, body) =
@@ -285,7 +289,9 @@ async fn destroying_the_vm_ends_its_console() {
     assert_eq!(status, 200, "{body}");
     let reason = serial.close_reason().await;
     assert!(
-        reason.contains("destroyed") || reason.contains("no longer exists") || reason.contains("stopped"),
+        reason.contains("destroyed")
+            || reason.contains("no longer exists")
+            || reason.contains("stopped"),
         "{reason}"
     );
 }

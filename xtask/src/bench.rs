@@ -1269,6 +1269,8 @@ fn consoles(root: &Path, figures: &mut Vec<Figure>) -> Result<(), Failed> {
     if found {
         Ok(())
     } else {
-        Err(Failed("the console relay benchmark printed no figure".into()))
+        Err(Failed(
+            "the console relay benchmark printed no figure".into(),
+        ))
     }
 }
