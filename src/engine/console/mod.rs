@@ -49,6 +49,10 @@ impl Engine {
         vmid: u32,
         kind: ConsoleKind,
     ) -> Result<Target, EngineError> {
+        // Each check reads the VM's configuration and status from Proxmox:
+        // bounded per client like every other per-VM read.
+        self.read_rate
+            .take(actor.client, std::time::Instant::now())?;
         self.visible_vm(actor, vmid)?;
         self.authorize_change(actor)?;
         let vm = self.locate(vmid).await?;
