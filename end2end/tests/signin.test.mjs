@@ -1,7 +1,9 @@
 // Sign-in with OpenID Connect: a pvedeck server of its own (PVEDECK_BIN)
 // against the test provider (oidc/provider.mjs) in this process — the way in
 // through the provider's form and back to where the visitor was going, who
-// is an admin by group, signing out, and a callback refused (no session) for
+// is an admin by group, signing out, whose VM consoles a user may open (their
+// own; another's is not there) and that signing out closes them, and a
+// callback refused (no session) for
 // a wrong state, a spent code, and each way the provider can spoil the ID
 // token. Skipped without PVEDECK_BIN (and LEPTOS_SITE_ROOT) in the environment.
 import { after, before, describe, test } from 'node:test';
@@ -304,6 +306,75 @@ describe('sign-in with OpenID Connect', {
     const replay = await fetch(`${BASE}/`, { redirect: 'manual', headers: { cookie: `${SESSION_COOKIE}=${value}` } });
     assert.equal(replay.status, 303);
     assert.equal(new URL(replay.headers.get('location'), BASE).pathname, '/login');
+    assert.deepEqual(errors, []);
+  });
+
+  /** A VM `page`'s user installs in the browser (the install server
+   *  function, with the session): its VMID once the job has ended. */
+  async function installAs(page, name) {
+    const started = await page.evaluate(async (vmName) => {
+      const res = await fetch('/fn/install', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ body: { os: 'debian', version: '12', name: vmName } }),
+      });
+      return res.json();
+    }, name);
+    assert.ok(Number.isInteger(started.Ok), `an install job: ${JSON.stringify(started)}`);
+    // The job's event stream ends when the job does.
+    const job = await page.evaluate(async (id) => {
+      await (await fetch(`/api/jobs/${id}/events`)).text();
+      return (await fetch(`/api/jobs/${id}`)).json();
+    }, started.Ok);
+    assert.equal(job.state, 'succeeded', `job ${started.Ok}`);
+    return job.vmid;
+  }
+
+  /** What became of a console WebSocket `page` opens on `vmid`. */
+  function consoleSocket(page, vmid) {
+    return page.evaluate((id) => new Promise((resolve) => {
+      const ws = new WebSocket(`${location.origin.replace('http', 'ws')}/api/vm/${id}/console?kind=serial`, ['binary']);
+      ws.onopen = () => { ws.close(); resolve('opened'); };
+      ws.onclose = () => resolve('refused');
+    }), vmid);
+  }
+
+  test('a VM\'s console is its owner\'s and the admins\': for another user it does not exist', { timeout: 120_000 }, async () => {
+    const bob = await signIn('bob');
+    const vmid = await installAs(bob.page, 'bobs-console');
+    // Bob's own: the page opens the serial console.
+    await bob.page.goto(`${BASE}/vm/${vmid}/console?kind=serial`);
+    await bob.page.locator('#console-screen .xterm-rows').filter({ hasText: 'login:' }).waitFor({ timeout: 10_000 });
+
+    // Alice: the page, the route and the WebSocket all say 404, as for a VM
+    // that is not there.
+    const alice = await signIn('alice');
+    const page = await alice.page.goto(`${BASE}/vm/${vmid}/console`);
+    assert.equal(page.status(), 404);
+    assert.equal(await alice.page.evaluate(() => window.pvedeckConsole?.state ?? 'no console'), 'no console');
+    const route = await alice.page.evaluate(async (id) => (await fetch(`/api/vm/${id}/console?kind=serial`)).status, vmid);
+    assert.equal(route, 404);
+    assert.equal(await consoleSocket(alice.page, vmid), 'refused');
+
+    // Carol, an admin, may.
+    const carol = await signIn('carol');
+    assert.equal(await consoleSocket(carol.page, vmid), 'opened');
+    assert.deepEqual(alice.errors.filter((e) => !/404|WebSocket/.test(e)), []);
+    assert.deepEqual(bob.errors, []);
+  });
+
+  test('signing out closes the consoles the session had open', { timeout: 120_000 }, async () => {
+    const { page, errors } = await signIn('bob');
+    const vmid = await installAs(page, 'bobs-signout');
+    await page.goto(`${BASE}/vm/${vmid}/console?kind=serial`);
+    await page.locator('#console-screen .xterm-rows').filter({ hasText: 'login:' }).waitFor({ timeout: 10_000 });
+    // Signing out in another tab of the same browser.
+    const other = await page.context().newPage();
+    await other.goto(`${BASE}/`);
+    await waitForHydration(other);
+    await other.click('button.sign-out');
+    await page.waitForFunction(() => window.pvedeckConsole?.state === 'closed', null, { timeout: 10_000 });
+    assert.match(await page.locator('#console-status').textContent(), /signed out/);
     assert.deepEqual(errors, []);
   });
 
