@@ -327,10 +327,16 @@ async fn bench_relay_round_trips_under_twenty_consoles() {
         .map(|mut serial| {
             tokio::spawn(async move {
                 let mut took = Vec::with_capacity(KEYS);
-                for _ in 0..KEYS {
+                // A key, then DEL: the simulated getty echoes both, and its
+                // line (64 characters at most) never fills.
+                for k in 0..KEYS {
+                    let (key, echo): (&[u8], &[u8]) = match k % 2 {
+                        0 => (b"a", b"a"),
+                        _ => (b"\x7f", b"\x08 \x08"),
+                    };
                     let sent = std::time::Instant::now();
-                    serial.send(b"a").await;
-                    assert_eq!(serial.bytes(1).await, b"a");
+                    serial.send(key).await;
+                    assert_eq!(serial.bytes(echo.len()).await, echo);
                     took.push(sent.elapsed());
                 }
                 took

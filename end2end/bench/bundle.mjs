@@ -3,12 +3,16 @@
 // until the page says its islands are hydrated and every WASM request it
 // started has finished, and counts the `.wasm` responses and their bytes as
 // they came over the wire (the server sends the `.gz` files as they are).
-// Then a VM page's Start, which fetches the job timeline's code.
+// Then a VM page's Start, which fetches the job timeline's code, and a
+// VM's console page, whose scripts (its own, noVNC's, xterm.js's) no other
+// page may load: every page's count of those is reported too.
 //
 // The server (BASE_URL) runs the simulated cluster with API_TOKENS=TOKEN,
 // so that the sign-in form and the account page have their islands; every
 // page but /login is opened signed in with that token. Prints one JSON
-// object: { pages: [{ page, path, requests, bytes, files }], start: {…} }.
+// object: { pages: [{ page, path, requests, bytes, files, console }],
+// start: {…}, console: {…} }, where `console` is { requests, bytes, files }
+// of the console's scripts and styles.
 import { BASE_URL, launch } from '../lib/browser.mjs';
 
 const TOKEN = process.env.TOKEN;
@@ -23,8 +27,13 @@ async function api(path, init = {}) {
   return res;
 }
 
-/** Records the page's `.wasm` requests: each one's file and encoded size
- *  once finished; `settled()` resolves when none is in flight. */
+/** Whether a path is the console page's own (its script and style, and
+ *  the clients it imports). */
+const isConsoleFile = (path) => /^\/pkg\/(console|novnc|xterm)\//.test(path);
+
+/** Records the page's `.wasm` requests and the console's files: each
+ *  one's file and encoded size once finished; `settled()` resolves when
+ *  none is in flight. */
 function watchWasm(page) {
   const files = [];
   const pending = new Set();
@@ -33,8 +42,10 @@ function watchWasm(page) {
     if (!pending.has(request)) return;
     const response = failed ? null : await request.response();
     const sizes = failed ? null : await request.sizes();
+    const path = new URL(request.url()).pathname;
     files.push({
-      file: new URL(request.url()).pathname.split('/').pop(),
+      console: isConsoleFile(path),
+      file: isConsoleFile(path) ? path.replace('/pkg/', '') : path.split('/').pop(),
       status: response?.status() ?? 0,
       encoding: response?.headers()['content-encoding'] ?? 'none',
       bytes: sizes?.responseBodySize ?? 0,
@@ -42,7 +53,10 @@ function watchWasm(page) {
     pending.delete(request);
     wake();
   };
-  page.on('request', (r) => { if (new URL(r.url()).pathname.endsWith('.wasm')) pending.add(r); });
+  page.on('request', (r) => {
+    const path = new URL(r.url()).pathname;
+    if (path.endsWith('.wasm') || isConsoleFile(path)) pending.add(r);
+  });
   page.on('requestfinished', (r) => done(r, false));
   page.on('requestfailed', (r) => done(r, true));
   return {
@@ -53,17 +67,24 @@ function watchWasm(page) {
   };
 }
 
-function summary(page, path, files) {
+/** The page's WASM, and apart the console's files it loaded. */
+function summary(page, path, all) {
+  const files = all.filter((f) => !f.console);
+  const theirs = all.filter((f) => f.console);
+  const sum = (list) => list.reduce((total, f) => total + f.bytes, 0);
   return {
     page,
     path,
     requests: files.length,
-    bytes: files.reduce((sum, f) => sum + f.bytes, 0),
+    bytes: sum(files),
     files,
+    console: { requests: theirs.length, bytes: sum(theirs), files: theirs.map((f) => f.file) },
   };
 }
 
-async function measure(browser, state, page, path) {
+/** `path` in a fresh context with `state`, once `ready` (a page function)
+ *  holds and its requests have finished. */
+async function measure(browser, state, page, path, ready = hydrated) {
   const context = await browser.newContext({ storageState: state });
   try {
     const tab = await context.newPage();
@@ -72,7 +93,7 @@ async function measure(browser, state, page, path) {
     tab.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
     const wasm = watchWasm(tab);
     await tab.goto(BASE_URL + path);
-    await tab.waitForSelector('main[data-hydrated="true"]', { timeout: TIMEOUT_MS });
+    await ready(tab);
     await wasm.settled();
     if (errors.length) throw new Error(`${path}: ${errors.join('; ')}`);
     return { tab, result: summary(page, path, wasm.files), wasm };
@@ -80,6 +101,17 @@ async function measure(browser, state, page, path) {
     await context.close();
     throw e;
   }
+}
+
+function hydrated(tab) {
+  return tab.waitForSelector('main[data-hydrated="true"]', { timeout: TIMEOUT_MS });
+}
+
+/** The console page hydrates nothing: it is ready when its console is
+ *  open and the clients it imports have come. */
+async function consoleOpen(tab) {
+  await tab.waitForFunction(() => window.pvedeckConsole?.state === 'open', null, { timeout: TIMEOUT_MS });
+  await tab.waitForLoadState('networkidle', { timeout: TIMEOUT_MS });
 }
 
 async function signIn(browser) {
@@ -135,7 +167,9 @@ try {
   await wasm.settled();
   const start = summary('/vm/:id, Start', `/vm/${vmid}`, wasm.files.slice(before));
   await tab.context().close();
-  console.log(JSON.stringify({ pages: results, start }));
+  const shown = await measure(browser, signedIn, '/vm/:id/console', `/vm/${running.vmid}/console`, consoleOpen);
+  await shown.tab.context().close();
+  console.log(JSON.stringify({ pages: results, start, console: shown.result }));
 } finally {
   await browser.close();
 }

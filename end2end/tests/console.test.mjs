@@ -35,6 +35,8 @@ async function canvasDigest(page) {
 
 test('the graphical console draws the VM within a second and takes typed keys', { timeout: 60_000 }, async () => {
   const { page, errors } = await openPage(browser);
+  const wasm = [];
+  page.on('request', (r) => { if (new URL(r.url()).pathname.endsWith('.wasm')) wasm.push(r.url()); });
   const started = Date.now();
   await page.goto(`${BASE_URL}/vm/101/console`);
   await page.waitForFunction(() => {
@@ -61,7 +63,9 @@ test('the graphical console draws the VM within a second and takes typed keys', 
     return h !== b;
   }, before, { timeout: 10_000 });
   await screenshot(page, 'console-vnc');
-  // Its script and clients are this page's alone: no WASM was fetched for it.
+  // The page hydrates no island of its own: the shell's main module (every
+  // page's, cached) is the only WASM it fetches.
+  assert.deepEqual(wasm.map((url) => new URL(url).pathname), ['/pkg/pvedeck_bg.wasm']);
   assert.deepEqual(errors, []);
 });
 

@@ -943,6 +943,13 @@ fn bundle(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Fail
         if page.bytes > largest.0 {
             largest = (page.bytes, page.page.clone());
         }
+        if page.console.requests > 0 {
+            over.push(format!(
+                "{} loaded the console's files: {}",
+                page.page,
+                page.console.files.join(", ")
+            ));
+        }
         if page.requests > PAGE_REQUESTS || page.bytes > PAGE_BYTES {
             over.push(format!(
                 "{}: {} requests, {} bytes",
@@ -963,6 +970,17 @@ fn bundle(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Fail
         start.shown(),
     );
     start.check()?;
+    let console = loads(&report["console"])?;
+    figure(
+        figures,
+        "bundle: the console page (/vm/:id/console), its own files: script, styles, noVNC or xterm.js",
+        format!(
+            "{} requests, {} bytes as sent; WASM: {}",
+            console.console.requests,
+            console.console.bytes,
+            console.shown()
+        ),
+    );
     figure(
         figures,
         "bundle: JS and CSS every page loads besides",
@@ -977,7 +995,7 @@ fn bundle(root: &Path, dir: &Path, figures: &mut Vec<Figure>) -> Result<(), Fail
         Ok(())
     } else {
         Err(Failed(format!(
-            "pages over {PAGE_REQUESTS} WASM requests or {PAGE_BYTES} bytes: {}",
+            "pages over {PAGE_REQUESTS} WASM requests or {PAGE_BYTES} bytes, or with the console's files: {}",
             over.join("; ")
         )))
     }
@@ -991,6 +1009,15 @@ struct PageLoad {
     requests: u64,
     bytes: u64,
     files: Vec<WasmFile>,
+    /// The console page's own files this load fetched.
+    console: ConsoleFiles,
+}
+
+#[derive(serde::Deserialize)]
+struct ConsoleFiles {
+    requests: u64,
+    bytes: u64,
+    files: Vec<String>,
 }
 
 #[derive(serde::Deserialize)]

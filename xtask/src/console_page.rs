@@ -39,7 +39,7 @@ pub fn copy(root: &Path, pkg: &Path) -> Result<(), Failed> {
             if let Some(parent) = to.parent() {
                 std::fs::create_dir_all(parent).map_err(io(parent))?;
             }
-            std::fs::copy(&from, &to).map_err(io(&from))?;
+            copy_if_changed(&from, &to)?;
         }
     }
     Ok(())
@@ -56,8 +56,18 @@ fn copy_js_tree(from: &Path, to: &Path) -> Result<(), Failed> {
         if path.is_dir() {
             copy_js_tree(&path, &to.join(name))?;
         } else if path.extension().is_some_and(|e| e == "js") {
-            std::fs::copy(&path, to.join(name)).map_err(io(&path))?;
+            copy_if_changed(&path, &to.join(name))?;
         }
     }
     Ok(())
+}
+
+/// Copies `from` to `to` unless `to` already holds the same bytes: an
+/// untouched copy keeps its time, so its `.gz` is not made again.
+fn copy_if_changed(from: &Path, to: &Path) -> Result<(), Failed> {
+    let new = std::fs::read(from).map_err(io(from))?;
+    if std::fs::read(to).is_ok_and(|old| old == new) {
+        return Ok(());
+    }
+    std::fs::write(to, new).map_err(io(to))
 }

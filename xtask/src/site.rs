@@ -141,9 +141,8 @@ pub fn build(root: &Path) -> Result<(), Failed> {
     })?;
 
     step("gzip the bundle", || {
-        for entry in std::fs::read_dir(&pkg).map_err(io(&pkg))? {
-            let path = entry.map_err(io(&pkg))?.path();
-            let bundle_file = ["js", "wasm", "css"]
+        for path in files_under(&pkg)? {
+            let bundle_file = ["js", "mjs", "wasm", "css"]
                 .iter()
                 .any(|ext| path.extension().is_some_and(|e| e == *ext));
             let mut gz_path = path.clone().into_os_string();
@@ -155,7 +154,10 @@ pub fn build(root: &Path) -> Result<(), Failed> {
                 std::fs::write(&gz_path, &gz).map_err(io(&path))?;
                 println!(
                     "    {:<28} {:>9} bytes, {:>8} gzip",
-                    file_name(&path),
+                    path.strip_prefix(&pkg)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
                     raw.len(),
                     gz.len()
                 );
@@ -310,6 +312,20 @@ fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
         &mut out,
     )?;
     Ok(out)
+}
+
+/// Every file below `dir`, in its subfolders too (the console's clients).
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>, Failed> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        if path.is_dir() {
+            files.extend(files_under(&path)?);
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(files)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), Failed> {

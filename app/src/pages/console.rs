@@ -124,17 +124,17 @@ fn Console(detail: VmDetail, kind: Kind) -> impl IntoView {
             data-kind=kind.name()
             data-open=closed.is_none().to_string()
         >
-            <div class="console-bar" role="toolbar" aria-label="console actions">
-                <button type="button" class="button" id="console-cad" disabled=true
+            <div class="console-bar actions" role="toolbar" aria-label="console actions">
+                <button type="button" id="console-cad" disabled=true
                     hidden=serial>"Ctrl-Alt-Del"</button>
-                <button type="button" class="button" id="console-full" disabled=true>"Full screen"</button>
-                <button type="button" class="button" id="console-reconnect" hidden=true>"Reconnect"</button>
-                <button type="button" class="button" id="console-another" hidden=true>"Open another here"</button>
+                <button type="button" id="console-full" disabled=true>"Full screen"</button>
+                <button type="button" id="console-reconnect" hidden=true>"Reconnect"</button>
+                <button type="button" id="console-another" hidden=true>"Open another here"</button>
                 <details class="console-paste">
-                    <summary class="button">"Paste"</summary>
+                    <summary>"Paste"</summary>
                     <label for="console-paste-text">"Text to type into the console"</label>
                     <textarea id="console-paste-text" rows="3"></textarea>
-                    <button type="button" class="button" id="console-paste-send" disabled=true>"Type it"</button>
+                    <button type="button" id="console-paste-send" disabled=true>"Type it"</button>
                 </details>
             </div>
             <p id="console-status" class="console-status" role="status" aria-live="polite">{status}</p>

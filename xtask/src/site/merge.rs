@@ -709,19 +709,24 @@ mod tests {
         module.finish()
     }
 
-    #[test]
-    fn parts_share_their_imports_and_call_each_other_directly() {
-        let (callee, caller) = (callee(), caller(false));
-        let merged = merge(&[
+    /// The two parts merged, the callee first.
+    fn merge_pair(callee: &[u8], caller: &[u8]) -> Result<Merged, MergeError> {
+        merge(&[
             Part {
                 name: "callee",
-                wasm: &callee,
+                wasm: callee,
             },
             Part {
                 name: "caller",
-                wasm: &caller,
+                wasm: caller,
             },
-        ]);
+        ])
+    }
+
+    #[test]
+    fn parts_share_their_imports_and_call_each_other_directly() {
+        let (callee, caller) = (callee(), caller(false));
+        let merged = merge_pair(&callee, &caller);
         let merged = match merged {
             Ok(merged) => merged,
             Err(e) => panic!("{e}"),
@@ -767,16 +772,7 @@ mod tests {
     #[test]
     fn a_module_that_exports_is_refused() {
         let (callee, caller) = (callee(), caller(true));
-        let merged = merge(&[
-            Part {
-                name: "callee",
-                wasm: &callee,
-            },
-            Part {
-                name: "caller",
-                wasm: &caller,
-            },
-        ]);
+        let merged = merge_pair(&callee, &caller);
         assert!(
             matches!(&merged, Err(MergeError::Unexpected { part, .. }) if part == "caller"),
             "{:?}",

@@ -101,27 +101,8 @@ impl Runner {
         lines: Option<LineSink<'_>>,
         limits: Limits,
     ) -> Result<Output, PveError> {
-        let shown = display(argv);
-        let Some((program, args)) = argv.split_first() else {
-            return Err(PveError::command(shown, "empty command", 2));
-        };
         let started = Instant::now();
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| PveError::Command {
-                command: shown.clone(),
-                message: format!("cannot run {program}: {e}"),
-                exit: None,
-            })?;
+        let (mut child, shown) = spawn(argv, &[], stdin.is_some())?;
         if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A command that exits without reading its input is not an error here.
             let _ = pipe.write_all(data).await;
@@ -160,6 +141,37 @@ impl Runner {
             exit: code,
         })
     }
+}
+
+/// Starts `argv` with `env` added, its output piped and its input piped
+/// or closed; it is killed when dropped. Also what it is shown as.
+fn spawn(
+    argv: &[String],
+    env: &[(&str, &str)],
+    stdin_piped: bool,
+) -> Result<(tokio::process::Child, String), PveError> {
+    let shown = display(argv);
+    let Some((program, args)) = argv.split_first() else {
+        return Err(PveError::command(shown, "empty command", 2));
+    };
+    let child = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(if stdin_piped {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| PveError::Command {
+            command: shown.clone(),
+            message: format!("cannot run {program}: {e}"),
+            exit: None,
+        })?;
+    Ok((child, shown))
 }
 
 /// Reads a pipe to its end in fixed-size chunks, handing each line on:
@@ -429,23 +441,7 @@ pub struct ChildStream {
 impl Runner {
     /// Starts `argv` with its standard input and output as a stream.
     pub fn stream(&self, argv: &[String], env: &[(&str, &str)]) -> Result<ChildStream, PveError> {
-        let shown = display(argv);
-        let Some((program, args)) = argv.split_first() else {
-            return Err(PveError::command(shown, "empty command", 2));
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| PveError::Command {
-                command: shown.clone(),
-                message: format!("cannot run {program}: {e}"),
-                exit: None,
-            })?;
+        let (mut child, shown) = spawn(argv, env, true)?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {

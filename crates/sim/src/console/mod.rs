@@ -219,20 +219,24 @@ mod tests {
     use pvedeck_proxmox::{PowerAction, Pve};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    fn sim() -> SimCluster {
-        let nodes = [("pve1".to_string(), "10.0.0.11".parse().unwrap())]
-            .into_iter()
-            .collect();
-        let state: ClusterState = crate::seed::demo_cluster("10.0.0.1".parse().unwrap(), &nodes);
-        let settings = crate::SimSettings {
+    /// One node, pve1, fast.
+    fn settings() -> crate::SimSettings {
+        crate::SimSettings {
             speed: 1000.0,
             jitter: 0.0,
             gateway: "10.0.0.1".parse().unwrap(),
-            nodes,
+            nodes: [("pve1".to_string(), "10.0.0.11".parse().unwrap())]
+                .into_iter()
+                .collect(),
             pvesh: std::time::Duration::ZERO,
             size: None,
             node_memory: vec![],
-        };
+        }
+    }
+
+    fn sim() -> SimCluster {
+        let settings = settings();
+        let state: ClusterState = crate::seed::demo_cluster(settings.gateway, &settings.nodes);
         SimCluster::with_store(Store::memory(state, None), &settings)
     }
 
@@ -344,19 +348,7 @@ mod tests {
     #[tokio::test]
     async fn a_console_of_the_shared_store_ends_when_another_process_stops_its_vm() {
         let dir = tempfile::tempdir().unwrap();
-        let nodes: std::collections::BTreeMap<String, std::net::Ipv4Addr> =
-            [("pve1".to_string(), "10.0.0.11".parse().unwrap())]
-                .into_iter()
-                .collect();
-        let settings = crate::SimSettings {
-            speed: 1000.0,
-            jitter: 0.0,
-            gateway: "10.0.0.1".parse().unwrap(),
-            nodes,
-            pvesh: std::time::Duration::ZERO,
-            size: None,
-            node_memory: vec![],
-        };
+        let settings = settings();
         let one = SimCluster::shared(dir.path(), &settings).unwrap();
         // Another process's view: a second store on the same directory,
         // whose changes reach `one` only through the file.

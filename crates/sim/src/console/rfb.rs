@@ -809,18 +809,8 @@ async fn run<W: AsyncWrite + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tty::GuestOs;
+    use super::super::tty::test_guest as guest;
     use super::*;
-
-    pub fn guest() -> GuestInfo {
-        GuestInfo {
-            vmid: 101,
-            hostname: "web-01".into(),
-            os: GuestOs::Debian,
-            memory_mib: 2048,
-            cores: 2,
-        }
-    }
 
     /// A tiny RFB client: enough of the protocol to log in, set a pixel
     /// format, ask for frames and type.

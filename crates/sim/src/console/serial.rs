@@ -89,18 +89,8 @@ fn render(echo: Echo) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tty::GuestOs;
+    use super::super::tty::test_guest as guest;
     use super::*;
-
-    fn guest() -> GuestInfo {
-        GuestInfo {
-            vmid: 101,
-            hostname: "web-01".into(),
-            os: GuestOs::Debian,
-            memory_mib: 1024,
-            cores: 1,
-        }
-    }
 
     /// Reads until `text` has arrived; what came, or what came before EOF.
     async fn until(io: &mut tokio::io::DuplexStream, seen: &mut String, text: &str) {

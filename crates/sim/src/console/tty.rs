@@ -205,23 +205,25 @@ impl Login {
     }
 }
 
+/// The guest the console's tests draw and greet with.
+#[cfg(test)]
+pub(crate) fn test_guest() -> GuestInfo {
+    GuestInfo {
+        vmid: 101,
+        hostname: "web-01".into(),
+        os: GuestOs::Debian,
+        memory_mib: 2048,
+        cores: 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn guest() -> GuestInfo {
-        GuestInfo {
-            vmid: 101,
-            hostname: "web-01".into(),
-            os: GuestOs::Debian,
-            memory_mib: 2048,
-            cores: 2,
-        }
-    }
-
     #[test]
     fn a_name_then_any_password_is_refused() {
-        let g = guest();
+        let g = test_guest();
         let mut login = Login::default();
         assert_eq!(login.key(Key::Char('r'), &g), Echo::Text("r".into()));
         assert_eq!(login.key(Key::Backspace, &g), Echo::Erase);
