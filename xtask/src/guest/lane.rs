@@ -5,7 +5,8 @@
 //! own code does the rest: real `ssh` with the pinned host key, the real
 //! init script, reboots, the guest agent, template cleaning.
 //!
-//! Stages, each timed: (a) an import install to ready, (b) a golden
+//! Stages, each timed: (a) an import install to ready, and its serial and
+//! graphical consoles through pvedeck (`console`), (b) a golden
 //! template build, (c) two linked clones at once, ready by the agent and
 //! `cloud-init status --wait`, checked for distinct machine-ids and host
 //! keys, each host key the one `ssh-keyscan` sees; the faults a real guest
@@ -147,6 +148,10 @@ impl Lane {
         let install = step("(a) import install to ready, on a real guest", || {
             self.install(r#"{"os":"debian","version":"12"}"#, "import install")
         })?;
+        step(
+            "(a) the VM's serial and graphical consoles through pvedeck",
+            || self.consoles(install),
+        )?;
         let template = step(
             "(b) golden template build (identity cleaned by the agent)",
             || {
@@ -191,6 +196,31 @@ impl Lane {
             self.nothing_left()
         })?;
         println!("    all stages in {:.0?}", started.elapsed());
+        Ok(())
+    }
+
+    /// VM `vmid`'s consoles as a script opens them: the serial line's
+    /// getty (the kernel's `console=ttyS0`), then QEMU's VNC display
+    /// through `qm vncproxy`, drawn.
+    fn consoles(&self, vmid: u32) -> Result<(), Failed> {
+        let began = Instant::now();
+        let prompt = super::console::serial(&self.addr(), vmid)
+            .map_err(|e| Failed(format!("serial console of VM {vmid}: {e}")))?;
+        println!("    serial console: {prompt:?} in {:.0?}", began.elapsed());
+        let began = Instant::now();
+        let screen = super::console::graphical(&self.addr(), vmid)
+            .map_err(|e| Failed(format!("graphical console of VM {vmid}: {e}")))?;
+        println!(
+            "    graphical console: {:?}, {}×{}, {} pixels lit, in {:.0?}",
+            screen.name,
+            screen.width,
+            screen.height,
+            screen.lit,
+            began.elapsed()
+        );
+        if screen.lit == 0 {
+            return Err(Failed(format!("VM {vmid}'s graphical console is blank")));
+        }
         Ok(())
     }
 

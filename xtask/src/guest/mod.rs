@@ -2,5 +2,6 @@
 //! (docs/development.md#real-guests): the disk image they boot, built here
 //! once, and the lane that runs pvedeck against them.
 
+mod console;
 pub mod image;
 pub mod lane;
