@@ -72,6 +72,29 @@ async fn post_as(url: &str, token: &str, body: Option<&str>) -> (u16, String) {
     (res.status().as_u16(), res.text().await.expect("body"))
 }
 
+/// The status of a console WebSocket's upgrade as `token`'s user (101:
+/// it opened, and is closed again).
+async fn console_upgrade(url: &str, vmid: u64, token: &str) -> u16 {
+    use tokio_tungstenite::tungstenite::{Error, client::IntoClientRequest, http::HeaderValue};
+    let ws = format!(
+        "{}/api/vm/{vmid}/console?kind=serial",
+        url.replacen("http", "ws", 1)
+    );
+    let mut request = ws.into_client_request().expect("a WebSocket request");
+    request.headers_mut().insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {token}")).expect("a header"),
+    );
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((mut socket, response)) => {
+            let _ = socket.close(None).await;
+            response.status().as_u16()
+        }
+        Err(Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("console upgrade: {e}"),
+    }
+}
+
 /// An install as `token`'s user: the job id, the VM's id, the events.
 async fn install_as(
     server: &common::Server,
@@ -173,6 +196,14 @@ async fn a_user_sees_and_acts_on_their_own_vms_and_jobs_only() {
         let (status, text) = post_as(&format!("{url}/api/vm/{vmid}/{path}"), &bob, body).await;
         assert_eq!((status, text.as_str()), (404, not_found.as_str()), "{path}");
     }
+    // Her VM's console: neither its check nor the WebSocket opens for him.
+    let (status, body) = get_as(&format!("{url}/api/vm/{vmid}/console"), &bob).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (404, not_found.as_str()),
+        "console"
+    );
+    assert_eq!(console_upgrade(url, vmid, &bob).await, 404);
     let (status, _) = get_as(&format!("{url}/api/jobs/{job}"), &bob).await;
     assert_eq!(status, 404);
     let (status, _) = get_as(&format!("{url}/api/jobs/{job}/events"), &bob).await;
@@ -208,7 +239,11 @@ async fn a_user_sees_and_acts_on_their_own_vms_and_jobs_only() {
     assert!(page(&alice).await.contains("alice-own-vm"));
     let before = qm_runs(&server).await;
     assert!(!page(&bob).await.contains("alice-own-vm"));
+    let (status, _) = get_as(&format!("{url}/vm/{vmid}/console"), &bob).await;
+    assert_eq!(status, 404, "bob's console page");
     assert_eq!(qm_runs(&server).await, before, "bob's page ran nothing");
+    // Alice's console opens (the 404 above was his, not the console's).
+    assert_eq!(console_upgrade(url, vmid, &alice).await, 101);
 
     // The VM's notes name its owner, for a fresh database to read.
     let detail = reqwest::Client::new()
