@@ -5,6 +5,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BASE_URL, getJson, launch, openPage, post, screenshot } from '../lib/browser.mjs';
+import { audit } from '../lib/axe.mjs';
 
 let browser;
 before(async () => { browser = await launch(); });
@@ -63,6 +64,7 @@ test('the graphical console draws the VM within a second and takes typed keys', 
     return h !== b;
   }, before, { timeout: 10_000 });
   await screenshot(page, 'console-vnc');
+  await audit(page, 'the graphical console');
   // The page hydrates no island of its own: the shell's main module (every
   // page's, cached) is the only WASM it fetches.
   assert.deepEqual(wasm.map((url) => new URL(url).pathname), ['/pkg/pvedeck_bg.wasm']);
@@ -78,6 +80,18 @@ test('the serial console shows the login prompt and echoes what is typed', { tim
   await page.keyboard.type('admin');
   await rows.filter({ hasText: 'login: admin' }).waitFor({ timeout: 10_000 });
   await screenshot(page, 'console-serial');
+  await audit(page, 'the serial console');
+  assert.deepEqual(errors, []);
+});
+
+test('on a 390 px phone the serial console fits: no sideways scroll', { timeout: 60_000 }, async () => {
+  // VM 104: no other console test opens one of it (one per VM and user).
+  const { page, errors } = await openPage(browser, { viewport: { width: 390, height: 844 } });
+  await page.goto(`${BASE_URL}/vm/104/console?kind=serial`);
+  await page.locator('#console-screen .xterm-rows').filter({ hasText: 'login:' }).waitFor({ timeout: 10_000 });
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(width <= 390, `the console page is ${width}px wide`);
+  await audit(page, 'the serial console at 390 px');
   assert.deepEqual(errors, []);
 });
 
@@ -92,6 +106,7 @@ test('a stopped VM\'s console page says so and opens no WebSocket', { timeout: 6
     'VM 103 is stopped: start it to use its console.',
   );
   assert.deepEqual(sockets, []);
+  await audit(page, 'a stopped VM\'s console');
   assert.deepEqual(errors, []);
 });
 
