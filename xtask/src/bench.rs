@@ -149,10 +149,10 @@ pub(crate) fn stand_ins(root: &Path, dir: &Path, tools: &[&str]) -> Result<Strin
     ))
 }
 
-/// The environment of a `cli` server whose `qm`, `pvesh`, `pvesm`, `ssh`
-/// are the simulator's stand-ins, on loopback addresses.
+/// The environment of a `cli` server whose Proxmox commands are the
+/// simulator's stand-ins, on loopback addresses.
 fn cli_env(root: &Path, dir: &Path) -> Result<Vec<(String, String)>, Failed> {
-    let path = stand_ins(root, dir, &["qm", "pvesh", "pvesm", "socat", "ssh"])?;
+    let path = stand_ins(root, dir, &crate::e2e::STAND_INS)?;
     // A loopback port where nothing listens: the VMID probe's.
     let closed = crate::e2e::closed_port()?;
     let data = |sub: &str| dir.join(sub).display().to_string();

@@ -166,9 +166,12 @@ pub fn start_server(
 
 /// The server binary, as `cargo xtask` builds it.
 pub const SERVER: &str = "target/release/pvedeck";
-/// The simulator's faces: `qm`/`pvesh`/`pvesm`/`ssh` stand-ins (links of
-/// those names), `pvedeck-sim api`, `pvedeck-sim mirror`.
+/// The simulator's faces: the [`STAND_INS`] (links of those names to it),
+/// `pvedeck-sim api`, `pvedeck-sim mirror`.
 pub const SIM: &str = "target/release/pvedeck-sim";
+/// What the `cli` backend runs, each a link to [`SIM`] on the server's
+/// `PATH` (the simulator's own list is its `cli.rs`'s `TOOLS`).
+pub const STAND_INS: [&str; 5] = ["qm", "pvesh", "pvesm", "socat", "ssh"];
 
 /// `bin` (one of [`SERVER`], [`SIM`]) in an empty environment but for
 /// `PATH`, with `HOME` and working directory `out` and its data in

@@ -81,7 +81,7 @@ impl Lane {
             format!("{}  {IMAGE_NAME}\n", image.sha512),
         )
         .map_err(io("SHA512SUMS"))?;
-        for tool in ["qm", "pvesh", "pvesm", "socat", "ssh"] {
+        for tool in crate::e2e::STAND_INS {
             std::os::unix::fs::symlink(root.join(SIM), bin.join(tool))
                 .map_err(io("the stand-ins"))?;
         }
